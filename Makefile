@@ -1,0 +1,25 @@
+# One entry point for people and CI: `make demo`, `make test`. Each sets up what is missing
+# (virtualenv, the package and its test tools) and reuses it on the next run.
+PYTHON ?= python3.11
+VENV := .venv
+STAMP := $(VENV)/.installed
+DEMO_DIR ?=
+
+.PHONY: demo test lint bench clean
+
+$(STAMP): pyproject.toml
+	@command -v java >/dev/null || { echo "Java 17 is needed (apt-get install openjdk-17-jre-headless)"; exit 1; }
+	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --upgrade pip
+	$(VENV)/bin/pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/python jobs/demo.py $(if $(DEMO_DIR),--dir $(DEMO_DIR))
+
+test: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/pytest
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache spark_flow.egg-info
