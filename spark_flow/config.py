@@ -138,7 +138,7 @@ QPID_ALIASES: dict[str, str] = {
 }
 
 #: Properties a declared queue carries that are facts about it, not settings.
-QUEUE_PROPERTIES: frozenset[str] = frozenset({"flow.queueName"})
+QUEUE_PROPERTIES: frozenset[str] = frozenset({"flow.queueName", "flow.stateLocation"})
 
 
 def _closest(key: str, candidates: Iterable[str]) -> str | None:

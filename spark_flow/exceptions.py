@@ -31,3 +31,63 @@ class UnknownKeyError(ConfigurationError):
         hint = f"Did you mean {closest!r}?" if closest else ""
         super().__init__(key, value, "a known spark-flow key", hint)
         self.closest = closest
+
+
+class QueueNotFoundError(SparkFlowError, LookupError):
+    """Thrown when a queue path or name holds no Delta table declared as a queue."""
+
+    def __init__(self, queue: str, reason: str) -> None:
+        self.queue = queue
+        super().__init__(f"queue {queue!r} not found: {reason}")
+
+
+class SubscriptionNotFoundError(SparkFlowError, LookupError):
+    """Thrown when a subscription named in an option or call does not exist on its queue."""
+
+    def __init__(self, queue: str, subscription: str, known: list[str]) -> None:
+        self.queue = queue
+        self.subscription = subscription
+        known_text = ", ".join(repr(k) for k in known) or "none"
+        super().__init__(
+            f"subscription {subscription!r} does not exist on queue {queue!r}: allowed is one of {known_text}, "
+            "or create it (Queue.create_subscription, or the source option startingPosition)"
+        )
+
+
+class SchemaMismatchError(SparkFlowError, ValueError):
+    """Thrown when a batch's or declared schema does not match the queue's, before anything is written."""
+
+    def __init__(self, queue: str, expected: str, actual: str, detail: str) -> None:
+        self.queue = queue
+        self.expected = expected
+        self.actual = actual
+        super().__init__(f"schema does not match queue {queue!r}: {detail}; queue has <{expected}>, got <{actual}>")
+
+
+class FlowControlError(SparkFlowError):
+    """Thrown when flow control refuses a producer's batch (policies reject and reject-after)."""
+
+    def __init__(self, queue: str, depth: Any, thresholds: Any, detail: str) -> None:
+        self.queue = queue
+        self.depth = depth
+        self.thresholds = thresholds
+        super().__init__(
+            f"queue {queue!r} is flow-stopped: {detail} (depth {depth.count} messages / {depth.size} bytes; "
+            f"stop {thresholds.stop_count} messages / {thresholds.stop_size} bytes, "
+            f"resume {thresholds.resume_count} messages / {thresholds.resume_size} bytes)"
+        )
+
+
+class QueueFullError(FlowControlError):
+    """Thrown at once when a producer writes to a flow-stopped queue with policy ``reject``
+    (ActiveMQ's ``sendFailIfNoSpace``), or to a ``ring-strict`` queue that cannot make room."""
+
+
+class QueueFullTimeoutError(FlowControlError):
+    """Thrown when a producer was held longer than ``rejectTimeout`` with policy ``reject-after``
+    (ActiveMQ's ``sendFailIfNoSpaceAfterTimeout``)."""
+
+
+class HoldInterruptedError(SparkFlowError):
+    """Thrown when a query is stopped while held between two chunks of a batch; the batch is
+    not complete, so it is replayed (and its enqueued chunks skipped) when the query restarts."""

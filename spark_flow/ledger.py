@@ -1,0 +1,134 @@
+"""How many messages and bytes each commit of a queue table added, read from its Delta log.
+
+The depth of a subscription is the sum over the commits after its ack position. The ledger
+reads commit info (``userMetadata`` written by the sink, or the writer's ``operationMetrics``
+for plain Delta writers) with ``deltalake``, only for commits it has not seen yet, and keeps
+the commits not yet acknowledged by every subscription. So a depth costs the new commits since
+the last look, never the table's size or the messages already consumed.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
+
+#: Key of the sink's entry in a commit's ``userMetadata`` JSON.
+METADATA_KEY = "spark.flow"
+
+# Operations that add messages, and the metrics that count them: (rows, bytes) as delta-spark
+# names them, then as delta-rs does (it reports no bytes).
+_APPEND_METRICS = {
+    "WRITE": ("numOutputRows", "numOutputBytes"),
+    "STREAMING UPDATE": ("numOutputRows", "numOutputBytes"),
+    "CREATE TABLE AS SELECT": ("numOutputRows", "numOutputBytes"),
+    "CREATE OR REPLACE TABLE AS SELECT": ("numOutputRows", "numOutputBytes"),
+    "MERGE": ("numTargetRowsInserted", None),
+}
+_RS_ROWS = {"WRITE": "num_added_rows", "MERGE": "num_target_rows_inserted"}
+
+
+@dataclass(frozen=True)
+class Depth:
+    """Messages enqueued and not yet acknowledged: a count and a size in bytes."""
+
+    count: int = 0
+    size: int = 0
+
+    def __add__(self, other: Depth) -> Depth:
+        return Depth(self.count + other.count, self.size + other.size)
+
+
+@dataclass(frozen=True)
+class Commit:
+    """One commit of a queue table: its version, time (ms since epoch) and what it enqueued."""
+
+    version: int
+    timestamp: int
+    count: int
+    size: int
+
+
+def commit_from_info(info: Mapping[str, Any]) -> Commit:
+    """Read one commit-info entry (as ``DeltaTable.history`` returns it) as a :class:`Commit`.
+
+    The sink's ``userMetadata`` is exact. A plain writer's commit counts its output rows and,
+    as the size, the bytes of the Parquet files it wrote (delta-spark; delta-rs reports none,
+    so its size is 0). Commits that add no messages (DELETE, OPTIMIZE, property changes) count 0.
+    """
+    version, timestamp = int(info["version"]), int(info.get("timestamp") or 0)
+    flow = _sink_metadata(info.get("userMetadata"))
+    if flow is not None:
+        return Commit(version, timestamp, int(flow["count"]), int(flow["size"]))
+    operation = info.get("operation", "")
+    metrics = info.get("operationMetrics") or {}
+    rows_key, bytes_key = _APPEND_METRICS.get(operation, (None, None))
+    if rows_key in metrics:
+        return Commit(version, timestamp, int(metrics[rows_key]), int(metrics.get(bytes_key, 0) if bytes_key else 0))
+    if _RS_ROWS.get(operation) in metrics:
+        return Commit(version, timestamp, int(metrics[_RS_ROWS[operation]]), 0)
+    return Commit(version, timestamp, 0, 0)
+
+
+def _sink_metadata(user_metadata: Any) -> Mapping[str, Any] | None:
+    if not user_metadata:
+        return None
+    try:
+        parsed = json.loads(user_metadata) if isinstance(user_metadata, str) else user_metadata
+    except ValueError:
+        return None
+    flow = parsed.get(METADATA_KEY) if isinstance(parsed, Mapping) else None
+    return flow if isinstance(flow, Mapping) and {"count", "size"} <= flow.keys() else None
+
+
+class Ledger:
+    """The commits of one queue table after a floor version, kept up to date incrementally."""
+
+    def __init__(self, table: DeltaTable) -> None:
+        self._table = table
+        self._commits: dict[int, Commit] = {}
+        self._lock = threading.Lock()
+        self.reads = 0  # commit infos read from the log, for tests and benchmarks
+
+    @property
+    def table(self) -> DeltaTable:
+        return self._table
+
+    def refresh(self) -> int:
+        """Catch up with the table's log; return its latest version."""
+        with self._lock:
+            self._table.update_incremental()
+            return self._table.version()
+
+    def commits(self, after: int, upto: int | None = None) -> list[Commit]:
+        """The commits with ``after < version <= upto`` (default: the latest seen), oldest first."""
+        with self._lock:
+            latest = self._table.version() if upto is None else upto
+            missing = [v for v in range(after + 1, latest + 1) if v not in self._commits]
+            if missing:
+                # history(n) returns the newest n commits of the loaded snapshot.
+                newest = self._table.version()
+                for info in self._table.history(newest - missing[0] + 1):
+                    commit = commit_from_info(info)
+                    if commit.version > after:
+                        self._commits.setdefault(commit.version, commit)
+                    self.reads += 1
+            return [self._commits[v] for v in range(after + 1, latest + 1) if v in self._commits]
+
+    def depth(self, after: int, upto: int | None = None) -> Depth:
+        """Messages and bytes enqueued by the commits after ``after``."""
+        total = Depth()
+        for commit in self.commits(after, upto):
+            total += Depth(commit.count, commit.size)
+        return total
+
+    def forget(self, upto: int) -> None:
+        """Drop the commits every subscription has acknowledged."""
+        with self._lock:
+            for version in [v for v in self._commits if v <= upto]:
+                del self._commits[version]

@@ -1,0 +1,368 @@
+"""Delta tables as queues: declaring one, and a handle that reads its depth and moves its acks.
+
+A queue is an append-only Delta table with Change Data Feed on, its limits in ``flow.*`` table
+properties, and a subscriptions table beside it (``flow.stateLocation``). Positions are the
+table's commit versions: the queue's own log is the queue. :class:`Queue` needs no SparkSession
+(it reads the log with ``deltalake``), so the same code runs on the driver and in Python data
+source workers; :func:`declare` uses Spark, because catalog tables and DDL live there.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import threading
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Literal
+
+from spark_flow.config import KEYS, PROPERTY_PREFIX, QPID_ALIASES, FlowConfig, flow_conf, resolve
+from spark_flow.exceptions import QueueNotFoundError, SchemaMismatchError, UnknownKeyError
+from spark_flow.ledger import Depth, Ledger
+from spark_flow.subscriptions import DEFAULT_SUBSCRIPTION, Subscription, SubscriptionTable
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import SparkSession
+    from pyspark.sql.types import StructType
+
+QUEUE_NAME = "flow.queueName"
+STATE_LOCATION = "flow.stateLocation"
+HOME_CONF = "spark.flow.home"
+
+Position = Literal["earliest", "latest"] | int
+
+
+def normalize_path(location: str) -> str:
+    """A table location as deltalake takes it (Spark writes local paths as ``file:/x``)."""
+    if location.startswith("file:") and not location.startswith("file://"):
+        return location[len("file:"):]
+    if location.startswith("file://"):
+        return location[len("file://"):]
+    return location
+
+
+class Queue:
+    """A declared queue, read through its Delta log.
+
+    Parameters
+    ----------
+    path : str
+        The queue table's location.
+    storage_options : mapping, optional
+        deltalake storage options (credentials of object stores).
+    """
+
+    def __init__(self, path: str, storage_options: Mapping[str, str] | None = None) -> None:
+        from deltalake import DeltaTable
+
+        self.path = normalize_path(path)
+        self.storage_options = dict(storage_options or {})
+        options = self.storage_options or None
+        if not DeltaTable.is_deltatable(self.path, storage_options=options):
+            raise QueueNotFoundError(self.path, "there is no Delta table at this location")
+        self._table = DeltaTable(self.path, storage_options=options)
+        properties = self._table.metadata().configuration
+        if STATE_LOCATION not in properties:
+            raise QueueNotFoundError(self.path, "this Delta table is not declared as a queue (spark_flow.declare)")
+        self.name: str = properties.get(QUEUE_NAME) or posixpath.basename(self.path.rstrip("/"))
+        self.ledger = Ledger(self._table)
+        self.subscriptions = SubscriptionTable(
+            posixpath.join(properties[STATE_LOCATION], "subscriptions"), self.name, self.storage_options
+        )
+
+    def __repr__(self) -> str:
+        return f"Queue({self.name!r}, path={self.path!r})"
+
+    def refresh(self) -> int:
+        """Catch up with the queue's log; return its latest version."""
+        return self.ledger.refresh()
+
+    def properties(self) -> dict[str, str]:
+        """The queue table's properties as of the last refresh."""
+        return dict(self._table.metadata().configuration)
+
+    def config(self, options: Mapping[str, Any] | None = None, conf: Mapping[str, Any] | None = None) -> FlowConfig:
+        """The flow settings in force: ``options`` > table properties > ``conf`` > defaults."""
+        return resolve(self.name, options=options, table_properties=self.properties(), conf=conf)
+
+    def schema(self) -> pa.Schema:
+        """The messages' schema (the table's columns) as Arrow, with the plain string and binary
+        types Spark expects where deltalake reads view types."""
+        import pyarrow as pa
+
+        return _plain(pa.schema(self._table.schema().to_arrow()))
+
+    def depths(self, refresh: bool = True) -> dict[str, Depth]:
+        """The depth of every subscription: messages after its ack position."""
+        latest = self.refresh() if refresh else self._table.version()
+        subs = self.subscriptions.list()
+        depths = {s.name: self.ledger.depth(s.position, latest) for s in subs}
+        if subs:
+            self.ledger.forget(min(s.position for s in subs))
+        return depths
+
+    def depth(self, subscription: str = DEFAULT_SUBSCRIPTION) -> Depth:
+        """The depth of one subscription."""
+        latest = self.refresh()
+        return self.ledger.depth(self.subscriptions.get(subscription).position, latest)
+
+    def earliest_position(self) -> int:
+        """The position before the oldest message any subscription still needs (-1: the start)."""
+        positions = [s.position for s in self.subscriptions.list()]
+        return min(positions) if positions else -1
+
+    def create_subscription(self, name: str, position: Position = "earliest") -> Subscription:
+        """Create subscription ``name`` (no-op if it exists) and return it.
+
+        ``earliest`` starts at the oldest message still kept, ``latest`` after the newest one,
+        an int after that queue version.
+        """
+        if not isinstance(name, str) or not name.strip():
+            raise UnknownKeyError("subscription", name, None)
+        if position == "earliest":
+            start = self.earliest_position()
+        elif position == "latest":
+            start = self.refresh()
+        elif isinstance(position, int) and not isinstance(position, bool) and position >= -1:
+            start = position
+        else:
+            from spark_flow.exceptions import ConfigurationError
+
+            raise ConfigurationError("startingPosition", position, "earliest, latest, or a queue version >= -1")
+        self.subscriptions.create(name, start)
+        return self.subscriptions.get(name)
+
+    def drop_subscription(self, name: str) -> None:
+        """Drop subscription ``name``: it stops counting in the depth and holding producers."""
+        self.subscriptions.drop(name)
+
+    def acknowledge(self, subscription: str, version: int) -> bool:
+        """Acknowledge every message up to queue ``version`` for ``subscription`` (monotonic)."""
+        return self.subscriptions.acknowledge(subscription, version)
+
+    def transaction_version(self, app_id: str) -> int | None:
+        """The last ``txnVersion`` committed by ``app_id`` (as of the last refresh), or None."""
+        return self._table.transaction_version(app_id)
+
+    def discard_oldest(self, config: FlowConfig, strict: bool = False) -> dict[str, int]:
+        """Ring policy: move each subscription deeper than the queue's max past its oldest
+        commits until it fits; return the messages discarded per subscription.
+
+        With ``strict`` (ring-strict), a newest commit that alone exceeds the max raises
+        :class:`~spark_flow.exceptions.QueueFullError` instead of being kept over the limit.
+        """
+        from spark_flow.exceptions import QueueFullError
+        from spark_flow.state import Thresholds
+
+        limit = Depth(config.max_count or 0, config.max_size or 0)
+        if not limit.count and not limit.size:
+            return {}
+        latest = self._table.version()
+        discarded = {}
+        for sub in self.subscriptions.list():
+            depth, position, dropped = self.ledger.depth(sub.position, latest), sub.position, 0
+            for commit in self.ledger.commits(sub.position, latest):
+                if not _over(depth, limit):
+                    break
+                if commit.version == latest and strict:
+                    raise QueueFullError(self.name, depth, Thresholds(limit.count, limit.count, limit.size, limit.size),
+                                         "ring-strict queue cannot make room for its newest messages")
+                if commit.version == latest:
+                    break
+                depth = Depth(depth.count - commit.count, depth.size - commit.size)
+                position, dropped = commit.version, dropped + commit.count
+            if position > sub.position:
+                self.subscriptions.acknowledge(sub.name, position, discarded=dropped)
+                discarded[sub.name] = dropped
+        return discarded
+
+    def read(self, after: int, upto: int) -> pa.Table:
+        """The messages enqueued by versions ``after < v <= upto``, with ``_position`` and
+        ``_enqueue_time`` (the commit's version and time), in enqueue order."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        schema = self.schema()
+        if upto <= after:
+            return _message_schema(schema).empty_table()
+        changes = pa.table(self._table.load_cdf(starting_version=after + 1, ending_version=upto))
+        changes = changes.cast(_plain(changes.schema))  # filter and take have no kernels for view types
+        changes = changes.filter(pc.equal(changes["_change_type"], "insert"))
+        changes = changes.take(pc.sort_indices(changes["_commit_version"]))
+        columns = [changes[name].cast(field.type) for name, field in zip(schema.names, schema, strict=True)]
+        columns.append(changes["_commit_version"].cast(pa.int64()))
+        columns.append(changes["_commit_timestamp"].cast(pa.timestamp("us", tz="UTC")))
+        return pa.Table.from_arrays(columns, schema=_message_schema(schema))
+
+
+def _plain(schema: pa.Schema) -> pa.Schema:
+    """``schema`` with Arrow's view and large string/binary types as the plain ones."""
+    import pyarrow as pa
+
+    plain = {pa.string_view(): pa.string(), pa.large_string(): pa.string(),
+             pa.binary_view(): pa.binary(), pa.large_binary(): pa.binary()}
+    return pa.schema([f.with_type(plain.get(f.type, f.type)) for f in schema])
+
+
+def _over(depth: Depth, limit: Depth) -> bool:
+    return bool((limit.count and depth.count > limit.count) or (limit.size and depth.size > limit.size))
+
+
+def _message_schema(schema: pa.Schema) -> pa.Schema:
+    import pyarrow as pa
+
+    return schema.append(pa.field("_position", pa.int64(), nullable=False)).append(
+        pa.field("_enqueue_time", pa.timestamp("us", tz="UTC"), nullable=False)
+    )
+
+
+_OPEN: dict[str, Queue] = {}
+_OPEN_LOCK = threading.Lock()
+
+
+def open_queue(path: str, storage_options: Mapping[str, str] | None = None) -> Queue:
+    """A :class:`Queue` for ``path``, shared within the process so its ledger stays warm."""
+    key = normalize_path(path)
+    with _OPEN_LOCK:
+        if key not in _OPEN:
+            _OPEN[key] = Queue(key, storage_options)
+        return _OPEN[key]
+
+
+def _is_path(queue: str) -> bool:
+    return "/" in queue or ":" in queue
+
+
+def _queue_properties(settings: Mapping[str, Any]) -> dict[str, str]:
+    """Declare arguments as ``flow.*`` table properties (``maxCount``, ``flow.maxCount`` and
+    ``qpid.max_count`` all become ``flow.maxCount``)."""
+    properties = {}
+    for key, value in settings.items():
+        name = QPID_ALIASES.get(key) or (key[len(PROPERTY_PREFIX):] if key.startswith(PROPERTY_PREFIX) else key)
+        if name not in KEYS:
+            import difflib
+
+            known = list(KEYS) + list(QPID_ALIASES)
+            closest = difflib.get_close_matches(key, known, n=1)
+            raise UnknownKeyError(key, value, closest[0] if closest else None)
+        properties[PROPERTY_PREFIX + name] = str(value)
+    return properties
+
+
+def _sql_properties(properties: Mapping[str, str]) -> str:
+    return ", ".join(f"'{k}' = '{v.replace(chr(39), chr(92) + chr(39))}'" for k, v in properties.items())
+
+
+def declare(
+    spark: SparkSession,
+    queue: str,
+    schema: StructType | str | None = None,
+    *,
+    settings: Mapping[str, Any] | None = None,
+    state_location: str | None = None,
+) -> Queue:
+    """Declare a queue: create the Delta table (or adopt an existing one) and its subscriptions.
+
+    Parameters
+    ----------
+    spark : SparkSession
+    queue : str
+        A path (anything with ``/`` or ``:``) or a catalog table name.
+    schema : StructType or DDL string, optional
+        The messages' columns. Required to create a queue; checked against an existing one.
+    settings : mapping, optional
+        Limits and policy, by setting name (``maxCount``), table property (``flow.maxCount``)
+        or Qpid argument (``qpid.max_count``). Stored as ``flow.*`` table properties; declaring
+        an existing queue again updates them.
+    state_location : str, optional
+        Where the queue's subscriptions live. Default: ``spark.flow.home``/<queue name> if that
+        conf is set, else ``_flow`` inside the table's directory (Delta ignores ``_`` folders).
+
+    Returns
+    -------
+    Queue
+        A handle with a ``default`` subscription at the earliest position.
+
+    Examples
+    --------
+    >>> q = declare(spark, "/data/queues/events", "id BIGINT, body STRING",
+    ...             settings={"maxCount": 1000, "stopCount": 900, "resumeCount": 500})
+    """
+    from delta.tables import DeltaTable
+    from pyspark.sql.types import StructType
+
+    properties = _queue_properties(settings or {})
+    name = posixpath.basename(queue.rstrip("/")) if _is_path(queue) else queue
+    conf = flow_conf(spark.conf.getAll)
+    resolve(name, table_properties=properties, conf=conf)  # every bad value fails before any write
+    wanted = StructType.fromDDL(schema) if isinstance(schema, str) else schema
+    target = f"delta.`{queue}`" if _is_path(queue) else queue
+
+    if _table_exists(spark, queue):
+        existing = spark.table(target).schema if not _is_path(queue) else spark.read.format("delta").load(queue).schema
+        if wanted is not None and _columns(existing) != _columns(wanted):
+            raise SchemaMismatchError(name, existing.simpleString(), wanted.simpleString(),
+                                      "the existing table's columns differ from the declared schema")
+        current = DeltaTable.forPath(spark, queue) if _is_path(queue) else DeltaTable.forName(spark, queue)
+        has = current.detail().first()["properties"]
+        location = normalize_path(current.detail().first()["location"])
+        properties.setdefault(QUEUE_NAME, has.get(QUEUE_NAME, name))
+        properties.setdefault(STATE_LOCATION, has.get(STATE_LOCATION) or _state_location(state_location, conf, name, location))
+        properties["delta.enableChangeDataFeed"] = "true"
+        spark.sql(f"ALTER TABLE {target} SET TBLPROPERTIES ({_sql_properties(properties)})")
+    else:
+        if wanted is None:
+            raise QueueNotFoundError(name, "it does not exist yet, and a schema is needed to create it")
+        if _is_path(queue) and _path_has_files(spark, queue):
+            raise QueueNotFoundError(queue, "the path holds files that are not a Delta table; "
+                                            "declare a queue on an empty path or on a Delta table")
+        builder = DeltaTable.createIfNotExists(spark)
+        builder = builder.location(queue) if _is_path(queue) else builder.tableName(queue)
+        builder = builder.addColumns(wanted).property("delta.enableChangeDataFeed", "true").property(QUEUE_NAME, name)
+        for key, value in properties.items():
+            builder = builder.property(key, value)
+        table = builder.execute()
+        location = normalize_path(table.detail().first()["location"])
+        spark.sql(f"ALTER TABLE {target} SET TBLPROPERTIES "
+                  f"({_sql_properties({STATE_LOCATION: _state_location(state_location, conf, name, location)})})")
+    handle = Queue(location)
+    handle.subscriptions.create_table()
+    handle.subscriptions.create(DEFAULT_SUBSCRIPTION, -1)
+    with _OPEN_LOCK:
+        _OPEN.pop(handle.path, None)
+    return handle
+
+
+def _state_location(given: str | None, conf: Mapping[str, str], name: str, location: str) -> str:
+    if given:
+        return normalize_path(given)
+    if conf.get(HOME_CONF):
+        return posixpath.join(normalize_path(conf[HOME_CONF]), name)
+    return posixpath.join(location, "_flow")
+
+
+def _columns(schema: StructType) -> list[tuple[str, str]]:
+    return [(f.name, f.dataType.simpleString()) for f in schema.fields]
+
+
+def _table_exists(spark: SparkSession, queue: str) -> bool:
+    from delta.tables import DeltaTable
+
+    if _is_path(queue):
+        return DeltaTable.isDeltaTable(spark, queue)
+    return spark.catalog.tableExists(queue)
+
+
+def _path_has_files(spark: SparkSession, path: str) -> bool:
+    jvm = spark.sparkContext._jvm
+    hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
+    fs = hadoop_path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    return fs.exists(hadoop_path) and len(fs.listStatus(hadoop_path)) > 0
+
+
+def queue_location(spark: SparkSession, queue: str) -> str:
+    """The storage location of a queue given by path or catalog name."""
+    if _is_path(queue):
+        return normalize_path(queue)
+    if not spark.catalog.tableExists(queue):
+        raise QueueNotFoundError(queue, "no such table in the catalog")
+    return normalize_path(spark.sql(f"DESCRIBE DETAIL {queue}").first()["location"])

@@ -1,0 +1,317 @@
+"""The enqueue sink: a foreachBatch function that writes each micro-batch into its queue(s)
+exactly once, and holds the batch's completion while a destination queue is flow-stopped.
+
+Returning from foreachBatch late is what keeps the producer's source offsets from advancing,
+as the Qpid broker holds back the completion of Message.Transfer.
+
+Exactly once: each commit carries ``txnAppId`` (the query id) and ``txnVersion`` =
+``batchId * 2**32 + rows written so far``, so after a crash the replayed batch learns from the
+queue's log how many of its rows are in, skips them and writes the rest. A batch is split only
+when it does not fit under the stop threshold plus the capacity window; then its rows are put
+in a content-determined order first, so a replay cuts the same chunks.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from functools import reduce
+from typing import TYPE_CHECKING, Any
+
+from spark_flow.config import check_options, flow_conf
+from spark_flow.exceptions import HoldInterruptedError, SchemaMismatchError
+from spark_flow.gate import Gate, GateStatus
+from spark_flow.ledger import METADATA_KEY, Depth
+from spark_flow.queue import open_queue, queue_location
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+    from pyspark.sql.types import StructType
+
+log = logging.getLogger("spark_flow.sink")
+
+TXN_SPAN = 2**32
+_ROW = "__spark_flow_row"
+
+
+@dataclass(frozen=True)
+class BatchReport:
+    """What one micro-batch did to one queue: enqueued messages and bytes, the depth after,
+    flow state, and how long the batch was held."""
+
+    batch_id: int
+    queue: str
+    count: int
+    size: int
+    depth: Depth
+    flow_stopped: bool
+    flow_stopped_count: int
+    held_seconds: float
+
+
+def message_size(schema: StructType, size_column: str | None = None) -> Column:
+    """The content size of a message in bytes, per row.
+
+    With ``size_column``, that column's value. Otherwise the sum over the columns of: the UTF-8
+    bytes of strings and the bytes of binaries, the JSON bytes of structs, arrays and maps, and
+    the fixed width of other types (Spark's ``defaultSize``: 8 for a long or a timestamp, 4 for
+    an int, 8 otherwise); nulls count 0.
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import ArrayType, BinaryType, MapType, StringType, StructType
+
+    if size_column is not None:
+        return F.coalesce(F.col(size_column).cast("long"), F.lit(0))
+    terms = []
+    for field in schema.fields:
+        column, kind = F.col(f"`{field.name}`"), field.dataType
+        if isinstance(kind, (StringType, BinaryType)):
+            term = F.octet_length(column)
+        elif isinstance(kind, (StructType, ArrayType, MapType)):
+            term = F.octet_length(F.to_json(column))
+        else:
+            term = F.when(column.isNotNull(), F.lit(_fixed_width(kind)))
+        terms.append(F.coalesce(term.cast("long"), F.lit(0)))
+    return reduce(lambda a, b: a + b, terms, F.lit(0).cast("long"))
+
+
+def _fixed_width(kind: Any) -> int:
+    """Bytes of a fixed-width value, as Spark's ``DataType.defaultSize``."""
+    from pyspark.sql import types as T
+
+    if isinstance(kind, T.DecimalType):
+        return 8 if kind.precision <= 18 else 16
+    widths = {T.ByteType: 1, T.BooleanType: 1, T.ShortType: 2, T.IntegerType: 4, T.FloatType: 4,
+              T.DateType: 4, T.LongType: 8, T.DoubleType: 8, T.TimestampType: 8, T.TimestampNTZType: 8}
+    return widths.get(type(kind), 8)
+
+
+def conform(batch: DataFrame, expected: StructType, queue: str) -> DataFrame:
+    """The batch's columns in the queue's order; raises before any write if they differ."""
+    have = {f.name: f.dataType for f in batch.schema.fields}
+    want = {f.name: f.dataType for f in expected.fields}
+    missing = [n for n in want if n not in have]
+    extra = [n for n in have if n not in want]
+    wrong = [f"{n} is {have[n].simpleString()}, queue has {want[n].simpleString()}"
+             for n in want if n in have and have[n] != want[n]]
+    if missing or extra or wrong:
+        detail = "; ".join(
+            part for part in (
+                f"missing columns {missing}" if missing else "",
+                f"unknown columns {extra}" if extra else "",
+                "; ".join(wrong),
+            ) if part
+        )
+        raise SchemaMismatchError(queue, expected.simpleString(), batch.schema.simpleString(), detail)
+    return batch.select(*[f"`{n}`" for n in want])
+
+
+class QueueSink:
+    """A foreachBatch function that enqueues micro-batches with producer flow control.
+
+    Parameters
+    ----------
+    queue : str, optional
+        The destination queue (path or catalog name). Give ``queue`` or ``route_column``.
+    route_column : str, optional
+        A column naming each row's destination queue, as an exchange routes. The batch is held
+        until every one of its destination queues is flow-OFF (head-of-line blocking).
+    size_column : str, optional
+        A column holding each message's content size in bytes (it is enqueued like the others).
+    options : mapping, optional
+        Flow settings of this producer (``capacity``, ``policy``, ``stopCount``, ...), above
+        table properties and Spark conf.
+    app_id : str, optional
+        The ``txnAppId`` for batches written outside a streaming query (default: the query id).
+
+    Examples
+    --------
+    >>> query = (df.writeStream.foreachBatch(QueueSink("/data/queues/events", options={"capacity": 500}))
+    ...          .option("checkpointLocation", "/chk/producer").start())
+    """
+
+    def __init__(self, queue: str | None = None, *, route_column: str | None = None,
+                 size_column: str | None = None, options: Mapping[str, Any] | None = None,
+                 app_id: str | None = None) -> None:
+        if (queue is None) == (route_column is None):
+            from spark_flow.exceptions import ConfigurationError
+
+            raise ConfigurationError("queue", queue, "exactly one of queue or route_column")
+        _own, self.settings, self.conf = check_options(dict(options or {}), ())
+        self.queue = queue
+        self.route_column = route_column
+        self.size_column = size_column
+        self.app_id = app_id
+        self.last: dict[str, BatchReport] = {}
+        self._locations: dict[str, str] = {}
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        spark = batch.sparkSession
+        conf = {**flow_conf(spark.conf.getAll), **self.conf}
+        query_id = spark.sparkContext.getLocalProperty("sql.streaming.queryId")
+        app_id = self.app_id or (f"spark-flow/{query_id}" if query_id else None)
+        if app_id is None:
+            from spark_flow.exceptions import ConfigurationError
+
+            raise ConfigurationError("app_id", None, "a stable id for batches written outside a streaming query")
+        is_active = _activity(query_id)
+        parts = self._route(batch)
+        gates = {dest: Gate(open_queue(self._location(spark, dest)), self.settings, conf) for dest in parts}
+        enqueued = {dest: self._enqueue(part, gates[dest], app_id, batch_id, is_active) for dest, part in parts.items()}
+        self._hold(batch_id, gates, enqueued, is_active)
+
+    def _location(self, spark: SparkSession, queue: str) -> str:
+        if queue not in self._locations:
+            self._locations[queue] = queue_location(spark, queue)
+        return self._locations[queue]
+
+    def _route(self, batch: DataFrame) -> dict[str, DataFrame]:
+        if self.route_column is None:
+            return {self.queue: batch}  # type: ignore[dict-item]
+        from pyspark.sql import functions as F
+
+        if self.route_column not in batch.columns:
+            raise SchemaMismatchError(str(self.route_column), self.route_column, batch.schema.simpleString(),
+                                      f"route column {self.route_column!r} is not in the batch")
+        column = F.col(f"`{self.route_column}`")
+        destinations = [r[0] for r in batch.select(column).distinct().collect()]
+        if None in destinations:
+            raise SchemaMismatchError(str(self.route_column), "a queue name", "null",
+                                      f"route column {self.route_column!r} is null in some rows")
+        return {d: batch.filter(column == d).drop(self.route_column) for d in sorted(destinations)}
+
+    def _enqueue(self, batch: DataFrame, gate: Gate, app_id: str, batch_id: int,
+                 is_active: Callable[[], bool]) -> Depth:
+        """Write one queue's part of the batch, in chunks when flow control asks for it.
+
+        Returns the messages and bytes of the part (already enqueued ones included)."""
+        from pyspark.sql import functions as F
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        queue = gate.queue
+        queue.refresh()
+        rows = conform(batch, from_arrow_schema(queue.schema()), queue.name)
+        size = message_size(rows.schema, self.size_column)
+        count, total_size = rows.agg(F.count(F.lit(1)), F.coalesce(F.sum(size), F.lit(0))).first()
+        base = batch_id * TXN_SPAN
+        last = queue.transaction_version(app_id)
+        done = last - base if last is not None and last >= base else 0
+        if done >= count:
+            if count:
+                log.info("batch %d already enqueued into %r (replay); skipping its write", batch_id, queue.name)
+            return Depth(count, total_size)
+        status = gate.observe()
+        if status.config.policy != "flow" or done > 0:
+            # reject policies refuse before writing; a replay goes on only when there is room.
+            status = self._admit(gate, is_active)
+        if done == 0 and count <= _allowed(status):
+            self._write(rows, queue.path, app_id, base + count, count, total_size, batch_id)
+        else:
+            self._write_chunks(rows, size, gate, status, app_id, batch_id, done, count, is_active)
+        if status.config.policy.startswith("ring"):
+            queue.refresh()
+            queue.discard_oldest(status.config, strict=status.config.policy == "ring-strict")
+        return Depth(count, total_size)
+
+    def _write_chunks(self, rows: DataFrame, size: Column, gate: Gate, status: GateStatus, app_id: str,
+                      batch_id: int, done: int, count: int, is_active: Callable[[], bool]) -> None:
+        """Write rows ``done..count`` in chunks, each as large as flow control allows."""
+        from pyspark.sql import Window
+        from pyspark.sql import functions as F
+        from pyspark.sql.types import MapType
+
+        orderable = [F.col(f"`{f.name}`") for f in rows.schema.fields if not isinstance(f.dataType, MapType)]
+        order = Window.orderBy(F.xxhash64(*[F.col(f"`{n}`") for n in rows.columns]), *orderable)
+        indexed = rows.withColumn(_ROW, F.row_number().over(order) - 1).persist()
+        try:
+            while done < count:
+                n = min(count - done, _allowed(status))
+                chunk = indexed.filter((F.col(_ROW) >= done) & (F.col(_ROW) < done + n)).drop(_ROW)
+                chunk_size = chunk.agg(F.coalesce(F.sum(size), F.lit(0))).first()[0]
+                self._write(chunk, gate.queue.path, app_id, batch_id * TXN_SPAN + done + n, n, chunk_size, batch_id)
+                done += n
+                if done < count:
+                    status = self._admit(gate, is_active)
+        finally:
+            indexed.unpersist()
+
+    def _admit(self, gate: Gate, is_active: Callable[[], bool]) -> GateStatus:
+        """Wait until the queue takes more of this batch; a stop while waiting interrupts it."""
+        status, _held = gate.wait(is_active)
+        if status.stopped:
+            raise HoldInterruptedError(f"query stopped while held by queue {gate.queue.name!r} in mid-batch; "
+                                       "the rest of the batch is enqueued when the query restarts")
+        return status
+
+    @staticmethod
+    def _write(rows: DataFrame, path: str, app_id: str, txn_version: int, count: int, size: int,
+               batch_id: int) -> None:
+        metadata = {METADATA_KEY: {"count": int(count), "size": int(size), "producer": app_id, "batch": batch_id}}
+        (rows.write.format("delta").mode("append")
+         .option("txnAppId", app_id).option("txnVersion", str(txn_version))
+         .option("userMetadata", json.dumps(metadata))
+         .save(path))
+
+    def _hold(self, batch_id: int, gates: Mapping[str, Gate], enqueued: Mapping[str, Depth],
+              is_active: Callable[[], bool]) -> None:
+        """Complete the batch only when every destination queue is flow-OFF in one pass."""
+        held: dict[str, float] = dict.fromkeys(gates, 0.0)
+        while True:
+            statuses = {}
+            for dest, gate in gates.items():
+                if gate.queue.config(gate.options, gate.conf).policy == "flow":
+                    statuses[dest], seconds = gate.wait(is_active)
+                else:
+                    statuses[dest], seconds = gate.observe(), 0.0
+                held[dest] += seconds
+            if not is_active() or all(not s.stopped or s.config.policy != "flow" for s in statuses.values()):
+                break
+        for dest, status in statuses.items():
+            self.last[dest] = BatchReport(batch_id, status.queue, enqueued[dest].count, enqueued[dest].size,
+                                          status.depth, status.stopped, status.flow_stopped_count, held[dest])
+
+
+def _allowed(status: GateStatus) -> float:
+    """How many more rows may go in now: up to the stop threshold, and at least one capacity."""
+    thresholds, capacity = status.thresholds, status.config.capacity
+    if not thresholds.enabled:
+        return math.inf
+    if thresholds.stop_count:
+        return max(capacity, thresholds.stop_count - status.depth.count)
+    return capacity
+
+
+def _activity(query_id: str | None) -> Callable[[], bool]:
+    """Whether the query is still running, as the user's own session sees it (SPARK-NOTES 5)."""
+    if query_id is None:
+        return lambda: True
+    from pyspark.sql import SparkSession
+
+    session = SparkSession.builder.getOrCreate()
+
+    def is_active() -> bool:
+        query = session.streams.get(query_id)
+        return query is not None and query.isActive
+
+    return is_active
+
+
+def enqueue_stream(df: DataFrame, queue: str | None, checkpoint_location: str, *,
+                   trigger: Mapping[str, Any] | None = None, query_name: str | None = None,
+                   **sink_options: Any) -> StreamingQuery:
+    """Start a streaming query that enqueues ``df`` into ``queue`` with flow control.
+
+    ``trigger`` takes ``DataStreamWriter.trigger`` keywords (``{"processingTime": "1 second"}``);
+    other keywords go to :class:`QueueSink`.
+    """
+    writer = df.writeStream.foreachBatch(QueueSink(queue, **sink_options)).option(
+        "checkpointLocation", checkpoint_location)
+    if trigger:
+        writer = writer.trigger(**trigger)
+    if query_name:
+        writer = writer.queryName(query_name)
+    return writer.start()

@@ -1,0 +1,194 @@
+"""The ``flowqueue`` streaming source: a subscription's messages, read in enqueue order.
+
+Offsets are queue (Delta commit) versions: ``{"version": v}`` means every message up to version
+``v``. Acknowledging moves the subscription's position in ``commit(end)`` and also in
+``latestOffset(start, ...)``: Spark commits a batch to its source only when the next batch
+starts, and when ``latestOffset`` is called with ``start``, every batch up to ``start`` is
+complete (SPARK-NOTES 4). Without that, the last batch would stay unacknowledged and a held
+producer would wait forever.
+
+Every method runs in Python worker processes without a SparkSession; the log and data files are
+read with ``deltalake``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+
+from spark_flow.config import check_options, parse_count
+from spark_flow.exceptions import ConfigurationError
+from spark_flow.queue import open_queue
+from spark_flow.subscriptions import DEFAULT_SUBSCRIPTION
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+SOURCE_OPTIONS = ("queue", "subscription", "maxRecordsPerTrigger", "startingPosition", "maxPartitions")
+STARTING_POSITIONS = ("earliest", "latest")
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """The flowqueue source's options, parsed once."""
+
+    queue: str
+    subscription: str = DEFAULT_SUBSCRIPTION
+    max_records: int | None = None
+    starting_position: str | None = None
+    max_partitions: int = 4
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> SourceOptions:
+        own, _settings, _conf = check_options(options, SOURCE_OPTIONS)
+        if not own.get("queue"):
+            raise ConfigurationError("queue", own.get("queue"), "the queue table's path")
+        position = own.get("startingPosition")
+        if position is not None and position.strip().lower() not in STARTING_POSITIONS:
+            raise ConfigurationError("startingPosition", position, "earliest or latest")
+        max_records = own.get("maxRecordsPerTrigger")
+        return cls(
+            queue=own["queue"],
+            subscription=own.get("subscription") or DEFAULT_SUBSCRIPTION,
+            max_records=parse_count("maxRecordsPerTrigger", max_records, minimum=1) if max_records else None,
+            starting_position=position.strip().lower() if position else None,
+            max_partitions=parse_count("maxPartitions", own.get("maxPartitions", 4), minimum=1),
+        )
+
+
+@dataclass(frozen=True)
+class VersionRange(InputPartition):
+    """Messages of queue versions ``after < v <= upto``."""
+
+    path: str
+    after: int
+    upto: int
+
+
+class FlowQueueDataSource(DataSource):
+    """``spark.readStream.format("flowqueue").option("queue", path)``: a queue subscription.
+
+    Options
+    -------
+    queue : the queue table's path (``spark_flow.read_queue`` resolves catalog names).
+    subscription : default ``default``.
+    maxRecordsPerTrigger : admit at most about this many messages per micro-batch (whole
+        commits; a commit larger than the limit is admitted alone).
+    startingPosition : ``earliest`` or ``latest``; creates the subscription there if it does
+        not exist (an existing subscription goes on from its acknowledged position).
+    maxPartitions : at most this many read tasks per micro-batch (default 4).
+    """
+
+    def __init__(self, options: dict[str, str]) -> None:
+        super().__init__(options)
+        self.settings = SourceOptions.parse(options)
+
+    @classmethod
+    def name(cls) -> str:
+        return "flowqueue"
+
+    def schema(self) -> StructType:
+        from pyspark.sql.pandas.types import from_arrow_schema
+        from pyspark.sql.types import LongType, StructField, TimestampType
+
+        schema = from_arrow_schema(open_queue(self.settings.queue).schema())
+        return schema.add(StructField("_position", LongType(), False)).add(
+            StructField("_enqueue_time", TimestampType(), False)
+        )
+
+    def streamReader(self, schema: StructType) -> FlowQueueStreamReader:
+        return FlowQueueStreamReader(self.settings)
+
+
+class FlowQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Reads one subscription of a queue; acknowledges what Spark has completed."""
+
+    def __init__(self, settings: SourceOptions) -> None:
+        self.settings = settings
+        self._target: int | None = None
+
+    @property
+    def _queue(self) -> Any:
+        return open_queue(self.settings.queue)
+
+    def _subscription(self) -> Any:
+        queue, name = self._queue, self.settings.subscription
+        if self.settings.starting_position is not None:
+            return queue.create_subscription(name, self.settings.starting_position)
+        return queue.subscriptions.get(name)
+
+    def initialOffset(self) -> dict:
+        return {"version": self._subscription().position}
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.settings.max_records is not None:
+            return ReadMaxRows(self.settings.max_records)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = self._queue.refresh()
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        queue = self._queue
+        queue.acknowledge(self.settings.subscription, start["version"])
+        latest = queue.refresh()
+        if self._target is not None:
+            latest = min(latest, self._target)
+        after = max(start["version"], queue.subscriptions.get(self.settings.subscription).position)
+        if latest <= after:
+            return start
+        if not isinstance(limit, ReadMaxRows):
+            return {"version": latest}
+        end, admitted = after, 0
+        for commit in queue.ledger.commits(after, latest):
+            if admitted and admitted + commit.count > limit.max_rows:
+                break
+            end, admitted = commit.version, admitted + commit.count
+        return {"version": max(end, start["version"])}
+
+    def reportLatestOffset(self) -> dict:
+        return {"version": self._queue.refresh()}
+
+    def partitions(self, start: dict, end: dict) -> list[VersionRange]:
+        position = self._queue.subscriptions.get(self.settings.subscription).position
+        after, upto = max(start["version"], position), end["version"]
+        if upto <= after:
+            return []
+        parts = min(self.settings.max_partitions, upto - after)
+        bounds = [after + (upto - after) * i // parts for i in range(parts + 1)]
+        return [VersionRange(self.settings.queue, lo, hi) for lo, hi in itertools.pairwise(bounds) if hi > lo]
+
+    def read(self, partition: VersionRange) -> Iterator[pa.RecordBatch]:
+        yield from open_queue(partition.path).read(partition.after, partition.upto).to_batches()
+
+    def commit(self, end: dict) -> None:
+        self._queue.acknowledge(self.settings.subscription, end["version"])
+
+
+def read_queue(spark: SparkSession, queue: str, subscription: str = DEFAULT_SUBSCRIPTION,
+               **options: Any) -> DataFrame:
+    """A streaming DataFrame of ``queue``'s messages for ``subscription``.
+
+    Registers the ``flowqueue`` source, resolves a catalog name to its location and passes the
+    session's ``spark.flow.*`` conf to the source (whose workers have no SparkSession).
+    """
+    from spark_flow.config import flow_conf
+    from spark_flow.queue import queue_location
+
+    spark.dataSource.register(FlowQueueDataSource)
+    reader = spark.readStream.format("flowqueue").option("queue", queue_location(spark, queue))
+    for key, value in {**flow_conf(spark.conf.getAll), "subscription": subscription, **options}.items():
+        reader = reader.option(key, str(value))
+    return reader.load()

@@ -1,0 +1,168 @@
+"""The subscriptions of one queue: ack positions and flow state, in a small Delta table.
+
+One row per subscription. Consumers move ``position`` forward (the last queue version they
+acknowledged), gates record flow transitions. Every change is a Delta MERGE through
+``deltalake``, so it is atomic on any storage Delta supports, needs no SparkSession (it runs in
+Python data source workers) and no lock: monotonic or compare-and-set predicates make a
+replayed or raced update harmless, and a conflicting commit is retried.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from spark_flow.exceptions import SubscriptionNotFoundError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from deltalake import DeltaTable
+    from deltalake.table import TableMerger
+
+T = TypeVar("T")
+
+DEFAULT_SUBSCRIPTION = "default"
+_RETRIES = 50
+
+
+@dataclass(frozen=True)
+class Subscription:
+    """One subscription's row: where it has acknowledged up to, and its flow state."""
+
+    name: str
+    position: int
+    flow_stopped: bool = False
+    flow_stopped_count: int = 0
+    last_transition: datetime | None = None
+    discarded_count: int = 0
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+
+
+def _schema() -> pa.Schema:
+    import pyarrow as pa
+
+    ts = pa.timestamp("us", tz="UTC")
+    return pa.schema(
+        [
+            pa.field("name", pa.string(), nullable=False),
+            pa.field("position", pa.int64(), nullable=False),
+            pa.field("flow_stopped", pa.bool_(), nullable=False),
+            pa.field("flow_stopped_count", pa.int64(), nullable=False),
+            pa.field("last_transition", ts),
+            pa.field("discarded_count", pa.int64(), nullable=False),
+            pa.field("created_at", ts),
+            pa.field("updated_at", ts),
+        ]
+    )
+
+
+def _retry(action: Callable[[], T]) -> T:
+    """Run a Delta commit, retrying when a concurrent commit conflicts with it."""
+    from deltalake.exceptions import CommitFailedError
+
+    for attempt in range(_RETRIES):
+        try:
+            return action()
+        except CommitFailedError:
+            time.sleep(min(0.01 * 2**attempt, 0.5))
+    return action()
+
+
+class SubscriptionTable:
+    """The subscriptions table of one queue, at ``location``."""
+
+    def __init__(self, location: str, queue: str, storage_options: Mapping[str, str] | None = None) -> None:
+        self.location = location
+        self.queue = queue
+        self._storage_options = dict(storage_options or {})
+        self._table: DeltaTable | None = None
+
+    def _open(self) -> DeltaTable:
+        from deltalake import DeltaTable
+
+        if self._table is None:
+            self._table = DeltaTable(self.location, storage_options=self._storage_options or None)
+        else:
+            self._table.update_incremental()
+        return self._table
+
+    def create_table(self) -> None:
+        """Create the table if it is not there yet."""
+        from deltalake import DeltaTable, write_deltalake
+
+        if not DeltaTable.is_deltatable(self.location, storage_options=self._storage_options or None):
+            try:
+                write_deltalake(self.location, _schema().empty_table(), mode="error",
+                                storage_options=self._storage_options or None)
+            except Exception:
+                # Another process created it first; that is fine as long as it exists now.
+                if not DeltaTable.is_deltatable(self.location, storage_options=self._storage_options or None):
+                    raise
+
+    def list(self) -> list[Subscription]:
+        """Every subscription, by name."""
+        rows = self._open().to_pyarrow_table().to_pylist()
+        return sorted((Subscription(**row) for row in rows), key=lambda s: s.name)
+
+    def get(self, name: str) -> Subscription:
+        """One subscription; raises if it does not exist."""
+        for sub in self.list():
+            if sub.name == name:
+                return sub
+        raise SubscriptionNotFoundError(self.queue, name, [s.name for s in self.list()])
+
+    def create(self, name: str, position: int) -> bool:
+        """Create a subscription acknowledged up to ``position``; False if it already existed."""
+        now = datetime.now(UTC)
+        row = {"name": name, "position": position, "flow_stopped": False, "flow_stopped_count": 0,
+               "last_transition": None, "discarded_count": 0, "created_at": now, "updated_at": now}
+        return self._merge(row, lambda m: m.when_not_matched_insert_all())["num_target_rows_inserted"] > 0
+
+    def drop(self, name: str) -> None:
+        """Drop a subscription: it no longer counts in the queue's depth."""
+        self.get(name)
+        _retry(lambda: self._open().delete(f"name = '{name.replace(chr(39), chr(39) * 2)}'"))
+
+    def acknowledge(self, name: str, position: int, discarded: int = 0) -> bool:
+        """Move ``name`` forward to ``position``, never backward; True if it moved.
+
+        ``discarded`` counts messages skipped without delivery (ring queues).
+        """
+        row = {"name": name, "position": position, "discarded": discarded, "now": datetime.now(UTC)}
+        metrics = self._merge(row, lambda m: m.when_matched_update(
+            {"position": "s.position", "updated_at": "s.now", "discarded_count": "t.discarded_count + s.discarded"},
+            predicate="s.position > t.position",
+        ))
+        if metrics["num_target_rows_updated"] == 0:
+            self.get(name)  # raises for an unknown subscription
+        return metrics["num_target_rows_updated"] > 0
+
+    def transition(self, before: Subscription, flow_stopped: bool, flow_stopped_count: int) -> bool:
+        """Record a flow transition if the row still shows ``before`` (compare and set).
+
+        False means another gate recorded a transition first; the caller reads again.
+        """
+        row = {"name": before.name, "flow_stopped": flow_stopped, "flow_stopped_count": flow_stopped_count,
+               "was_stopped": before.flow_stopped, "was_count": before.flow_stopped_count, "now": datetime.now(UTC)}
+        metrics = self._merge(row, lambda m: m.when_matched_update(
+            {"flow_stopped": "s.flow_stopped", "flow_stopped_count": "s.flow_stopped_count",
+             "last_transition": "s.now", "updated_at": "s.now"},
+            predicate="t.flow_stopped = s.was_stopped AND t.flow_stopped_count = s.was_count",
+        ))
+        return metrics["num_target_rows_updated"] > 0
+
+    def _merge(self, row: dict[str, Any], clauses: Callable[[TableMerger], TableMerger]) -> dict[str, Any]:
+        """MERGE one row keyed by name, rebuilt on a fresh snapshot after a conflict."""
+        import pyarrow as pa
+
+        source = pa.Table.from_pylist([row])
+
+        def attempt() -> dict[str, Any]:
+            merger = self._open().merge(source, predicate="t.name = s.name", source_alias="s", target_alias="t")
+            return clauses(merger).execute()
+
+        return _retry(attempt)
