@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spark_flow.config import FlowConfig
-from spark_flow.exceptions import FlowControlError, QueueFullError, QueueFullTimeoutError
+from spark_flow.exceptions import QueueFullError, QueueFullTimeoutError
 from spark_flow.ledger import Depth
 from spark_flow.queue import Queue
 from spark_flow.state import FlowState, Thresholds
@@ -89,6 +89,7 @@ class Gate:
                         raced = True
                         break
                     _log_transition(queue.name, sub.name, after, depths[sub.name], config.thresholds)
+                    queue.history.record(sub.name, after, depths[sub.name], config.thresholds)
                 states[sub.name] = after
             if not raced:
                 if subs:
@@ -134,5 +135,3 @@ def _log_transition(queue: str, subscription: str, state: FlowState, depth: Dept
              queue, subscription, "STOPPED" if state.flow_stopped else "RESUMED", state.flow_stopped_count,
              depth.count, depth.size, thresholds)
 
-
-__all__ = ["FlowControlError", "Gate", "GateStatus"]

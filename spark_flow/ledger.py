@@ -64,7 +64,7 @@ def commit_from_info(info: Mapping[str, Any]) -> Commit:
     version, timestamp = int(info["version"]), int(info.get("timestamp") or 0)
     flow = _sink_metadata(info.get("userMetadata"))
     if flow is not None:
-        return Commit(version, timestamp, int(flow["count"]), int(flow["size"]))
+        return Commit(version, timestamp, *flow)
     operation = info.get("operation", "")
     metrics = info.get("operationMetrics") or {}
     rows_key, bytes_key = _APPEND_METRICS.get(operation, (None, None))
@@ -75,15 +75,17 @@ def commit_from_info(info: Mapping[str, Any]) -> Commit:
     return Commit(version, timestamp, 0, 0)
 
 
-def _sink_metadata(user_metadata: Any) -> Mapping[str, Any] | None:
+def _sink_metadata(user_metadata: Any) -> tuple[int, int] | None:
+    """The sink's (count, size) in a commit's ``userMetadata``; None if it is not the sink's."""
     if not user_metadata:
         return None
     try:
         parsed = json.loads(user_metadata) if isinstance(user_metadata, str) else user_metadata
-    except ValueError:
+        flow = parsed.get(METADATA_KEY) if isinstance(parsed, Mapping) else None
+        count, size = (int(flow["count"]), int(flow["size"])) if isinstance(flow, Mapping) else (-1, -1)
+    except (KeyError, TypeError, ValueError):
         return None
-    flow = parsed.get(METADATA_KEY) if isinstance(parsed, Mapping) else None
-    return flow if isinstance(flow, Mapping) and {"count", "size"} <= flow.keys() else None
+    return (count, size) if count >= 0 and size >= 0 else None
 
 
 class Ledger:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from spark_flow.config import KEYS, PROPERTY_PREFIX, QPID_ALIASES, FlowConfig, flow_conf, resolve
 from spark_flow.exceptions import QueueNotFoundError, SchemaMismatchError, UnknownKeyError
+from spark_flow.history import HistoryTable
 from spark_flow.ledger import Depth, Ledger
 from spark_flow.subscriptions import DEFAULT_SUBSCRIPTION, Subscription, SubscriptionTable
 
@@ -68,6 +69,8 @@ class Queue:
         self.subscriptions = SubscriptionTable(
             posixpath.join(properties[STATE_LOCATION], "subscriptions"), self.name, self.storage_options
         )
+        self.history = HistoryTable(posixpath.join(properties[STATE_LOCATION], "history"), self.name,
+                                    self.storage_options)
 
     def __repr__(self) -> str:
         return f"Queue({self.name!r}, path={self.path!r})"
@@ -304,6 +307,7 @@ def declare(
                                       "the existing table's columns differ from the declared schema")
         current = DeltaTable.forPath(spark, queue) if _is_path(queue) else DeltaTable.forName(spark, queue)
         has = current.detail().first()["properties"]
+        resolve(name, table_properties={**has, **properties}, conf=conf)  # new settings with the kept ones
         location = normalize_path(current.detail().first()["location"])
         properties.setdefault(QUEUE_NAME, has.get(QUEUE_NAME, name))
         properties.setdefault(STATE_LOCATION, has.get(STATE_LOCATION) or _state_location(state_location, conf, name, location))

@@ -67,6 +67,8 @@ def get_spark(conf: Mapping[str, str] | None = None) -> SparkSession:
     packages = spark_conf.get("spark.jars.packages", "")
     if "io.delta:delta-spark" not in packages and "delta-spark" not in spark_conf.get("spark.jars", ""):
         spark_conf.set("spark.jars.packages", ",".join(p for p in (packages, DELTA_PACKAGE) if p))
-    if not spark_conf.contains("spark.pyspark.python"):
-        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    # Python data source planning reads PYSPARK_PYTHON, not spark.pyspark.python: set both.
+    python = spark_conf.get("spark.pyspark.python", None) or os.environ.get("PYSPARK_PYTHON") or sys.executable
+    os.environ.setdefault("PYSPARK_PYTHON", python)
+    spark_conf.setIfMissing("spark.pyspark.python", python)
     return SparkSession.builder.config(conf=spark_conf).getOrCreate()

@@ -6,13 +6,16 @@ as the Qpid broker holds back the completion of Message.Transfer.
 
 Exactly once: each commit carries ``txnAppId`` (the query id) and ``txnVersion`` =
 ``batchId * 2**32 + rows written so far``, so after a crash the replayed batch learns from the
-queue's log how many of its rows are in, skips them and writes the rest. A batch is split only
-when it does not fit under the stop threshold plus the capacity window; then its rows are put
-in a content-determined order first, so a replay cuts the same chunks.
+queue's log how many of its rows are in, skips them and writes the rest. A batch larger than the
+producer's ``capacity`` is written in chunks of at most ``capacity`` rows with the gate looked
+at between chunks, so the depth never exceeds the stop threshold plus the capacities of the
+producers (Qpid's capacity window); its rows are put in a content-determined order first, so a
+replay cuts the same chunks.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -237,7 +240,10 @@ class QueueSink:
                 if done < count:
                     status = self._admit(gate, is_active)
         finally:
-            indexed.unpersist()
+            # Fails when the query is being stopped (its thread is interrupted); Spark frees
+            # the cached blocks with the session then.
+            with contextlib.suppress(Exception):
+                indexed.unpersist()
 
     def _admit(self, gate: Gate, is_active: Callable[[], bool]) -> GateStatus:
         """Wait until the queue takes more of this batch; a stop while waiting interrupts it."""
@@ -276,13 +282,9 @@ class QueueSink:
 
 
 def _allowed(status: GateStatus) -> float:
-    """How many more rows may go in now: up to the stop threshold, and at least one capacity."""
-    thresholds, capacity = status.thresholds, status.config.capacity
-    if not thresholds.enabled:
-        return math.inf
-    if thresholds.stop_count:
-        return max(capacity, thresholds.stop_count - status.depth.count)
-    return capacity
+    """How many rows may go in before the gate is looked at again: the producer's capacity
+    window, or everything when the queue has no flow control."""
+    return status.config.capacity if status.thresholds.enabled else math.inf
 
 
 def _activity(query_id: str | None) -> Callable[[], bool]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
@@ -28,6 +28,7 @@ from pyspark.sql.streaming.datasource import (
 
 from spark_flow.config import check_options, parse_count
 from spark_flow.exceptions import ConfigurationError
+from spark_flow.gate import Gate
 from spark_flow.queue import open_queue
 from spark_flow.subscriptions import DEFAULT_SUBSCRIPTION
 
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
-SOURCE_OPTIONS = ("queue", "subscription", "maxRecordsPerTrigger", "startingPosition", "maxPartitions")
+SOURCE_OPTIONS = ("queue", "subscription", "maxRecordsPerTrigger", "startingPosition", "maxPartitions", "downstream")
 STARTING_POSITIONS = ("earliest", "latest")
 
 
@@ -49,10 +50,13 @@ class SourceOptions:
     max_records: int | None = None
     starting_position: str | None = None
     max_partitions: int = 4
+    downstream: tuple[str, ...] = ()
+    flow_settings: Mapping[str, Any] = field(default_factory=dict)
+    flow_conf: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
-        own, _settings, _conf = check_options(options, SOURCE_OPTIONS)
+        own, settings, conf = check_options(options, SOURCE_OPTIONS)
         if not own.get("queue"):
             raise ConfigurationError("queue", own.get("queue"), "the queue table's path")
         position = own.get("startingPosition")
@@ -65,6 +69,9 @@ class SourceOptions:
             max_records=parse_count("maxRecordsPerTrigger", max_records, minimum=1) if max_records else None,
             starting_position=position.strip().lower() if position else None,
             max_partitions=parse_count("maxPartitions", own.get("maxPartitions", 4), minimum=1),
+            downstream=tuple(p.strip() for p in own.get("downstream", "").split(",") if p.strip()),
+            flow_settings=settings,
+            flow_conf=conf,
         )
 
 
@@ -89,6 +96,9 @@ class FlowQueueDataSource(DataSource):
     startingPosition : ``earliest`` or ``latest``; creates the subscription there if it does
         not exist (an existing subscription goes on from its acknowledged position).
     maxPartitions : at most this many read tasks per micro-batch (default 4).
+    downstream : comma-separated paths of queues this stage writes to. While any of them is
+        flow-stopped, no new messages are admitted: backpressure travels up a chain of queues
+        without holding a thread.
     """
 
     def __init__(self, options: dict[str, str]) -> None:
@@ -147,7 +157,7 @@ class FlowQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         if self._target is not None:
             latest = min(latest, self._target)
         after = max(start["version"], queue.subscriptions.get(self.settings.subscription).position)
-        if latest <= after:
+        if latest <= after or self._downstream_stopped():
             return start
         if not isinstance(limit, ReadMaxRows):
             return {"version": latest}
@@ -157,6 +167,13 @@ class FlowQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                 break
             end, admitted = commit.version, admitted + commit.count
         return {"version": max(end, start["version"])}
+
+    def _downstream_stopped(self) -> bool:
+        """Whether a downstream queue is flow-stopped. Gates are made per call: the reader is
+        pickled to read tasks, and deltalake handles do not pickle."""
+        settings = self.settings
+        return any(Gate(open_queue(path), settings.flow_settings, settings.flow_conf).observe().stopped
+                   for path in settings.downstream)
 
     def reportLatestOffset(self) -> dict:
         return {"version": self._queue.refresh()}
@@ -189,6 +206,9 @@ def read_queue(spark: SparkSession, queue: str, subscription: str = DEFAULT_SUBS
 
     spark.dataSource.register(FlowQueueDataSource)
     reader = spark.readStream.format("flowqueue").option("queue", queue_location(spark, queue))
+    if "downstream" in options:
+        names = str(options["downstream"]).split(",")
+        options["downstream"] = ",".join(queue_location(spark, n.strip()) for n in names if n.strip())
     for key, value in {**flow_conf(spark.conf.getAll), "subscription": subscription, **options}.items():
         reader = reader.option(key, str(value))
     return reader.load()

@@ -1,0 +1,143 @@
+"""Producer flow control end to end: streaming producers held and resumed by a queue's depth."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+from streams import drain, is_held, start_consumer, start_producer, wait_until
+
+from spark_flow.queue import declare
+from spark_flow.source import read_queue
+
+pytestmark = pytest.mark.e2e
+
+SCHEMA = "id BIGINT, producer STRING"
+
+
+def test_qpid_capacity_example_two_producers_bounded_then_resumed(spark: SparkSession, tmp_path: Path) -> None:
+    """Stop 100, producers of capacity 50 and 15, no consumer: the depth stays <= 165 and both
+    are held; a held query stops promptly and restarts; once a consumer drains under resume
+    both go on, and every message arrives exactly once."""
+    path = str(tmp_path / "q")
+    queue = declare(spark, path, SCHEMA, settings={"stopCount": 100, "resumeCount": 50})
+    p1, _ = start_producer(spark, path, tmp_path / "p1", "p1", 200, options={"capacity": 50})
+    p2, _ = start_producer(spark, path, tmp_path / "p2", "p2", 60, options={"capacity": 15})
+    wait_until(lambda: queue.depths()["default"].count > 100, 90)
+    wait_until(lambda: is_held(p1) and is_held(p2), 90)
+    time.sleep(3)  # held producers add nothing more
+    depth = queue.depths()["default"]
+    assert 100 < depth.count <= 165
+    assert queue.subscriptions.get("default").flow_stopped
+    assert is_held(p1) and is_held(p2)
+
+    started = time.monotonic()
+    p2.stop()
+    assert time.monotonic() - started < 10, "a held query stops promptly"
+    p2, _ = start_producer(spark, path, tmp_path / "p2", "p2", 60, options={"capacity": 15})
+
+    held_counts = _counts_by_producer(spark, path)
+    consumer = start_consumer(spark, path, tmp_path / "c", tmp_path / "out", maxRecordsPerTrigger=40)
+    wait_until(lambda: not queue.subscriptions.get("default").flow_stopped, 90)
+    wait_until(lambda: all(n > held_counts.get(p, 0) for p, n in _counts_by_producer(spark, path).items())
+               and len(_counts_by_producer(spark, path)) == 2, 90)
+    p1.stop()
+    p2.stop()
+    drain(queue)
+    consumer.stop()
+
+    enqueued = spark.read.format("delta").load(path)
+    delivered = spark.read.format("delta").load(str(tmp_path / "out"))
+    assert delivered.count() == enqueued.count() > 165
+    assert delivered.groupBy("producer", "id").count().filter("count > 1").count() == 0
+    assert enqueued.groupBy("producer", "id").count().filter("count > 1").count() == 0
+    max_depth = _max_depth_while_stopped(queue)
+    assert max_depth <= 165
+
+
+def _counts_by_producer(spark: SparkSession, path: str) -> dict[str, int]:
+    rows = spark.read.format("delta").load(path).groupBy("producer").count().collect()
+    return {r["producer"]: r["count"] for r in rows}
+
+
+def _max_depth_while_stopped(queue) -> int:
+    """The deepest depth any gate recorded at a transition (the history of the queue)."""
+    return max((row["depth_count"] for row in queue.history.read()), default=0)
+
+
+def test_900_500_on_a_1000_queue_through_spark(spark: SparkSession, tmp_path: Path) -> None:
+    """flowStopped turns ON after the 901st message (within one capacity window) and OFF only
+    under 500 messages."""
+    path = str(tmp_path / "q")
+    queue = declare(spark, path, SCHEMA, settings={"qpid.max_count": 1000, "qpid.flow_stop_count": 900,
+                                                   "qpid.flow_resume_count": 500})
+    producer, _ = start_producer(spark, path, tmp_path / "p", "p", 400, options={"capacity": 100})
+    wait_until(lambda: is_held(producer) and queue.depths()["default"].count > 900, 120)
+    consumer = start_consumer(spark, path, tmp_path / "c", tmp_path / "out", maxRecordsPerTrigger=150)
+    wait_until(lambda: any(not r["flow_stopped"] for r in queue.history.read()), 120)
+    producer.stop()
+    consumer.stop()
+    history = queue.history.read()
+    on, off = history[0], next(r for r in history if not r["flow_stopped"])
+    assert on["flow_stopped"] and on["flow_stopped_count"] == 1
+    assert 900 < on["depth_count"] <= 1000
+    assert off["depth_count"] < 500
+    assert (on["stop_count"], on["resume_count"]) == (900, 500)
+
+
+def test_exactly_once_across_restarts(spark: SparkSession, tmp_path: Path) -> None:
+    """Producer and consumer stopped and restarted mid-stream from their checkpoints: every
+    message arrives once, in enqueue order per producer."""
+    path = str(tmp_path / "q")
+    queue = declare(spark, path, SCHEMA, settings={"stopCount": 400, "resumeCount": 200})
+    for round_ in range(3):
+        producer, _ = start_producer(spark, path, tmp_path / "p", "p", 100, options={"capacity": 1000})
+        consumer = start_consumer(spark, path, tmp_path / "c", tmp_path / "out")
+        wait_until(lambda p=producer: p.lastProgress is not None and p.lastProgress["numInputRows"] > 0, 60)
+        time.sleep(2)
+        first, second = (producer, consumer) if round_ % 2 == 0 else (consumer, producer)
+        first.stop()
+        second.stop()
+    consumer = start_consumer(spark, path, tmp_path / "c", tmp_path / "out")
+    drain(queue)
+    consumer.stop()
+    enqueued = spark.read.format("delta").load(path)
+    delivered = spark.read.format("delta").load(str(tmp_path / "out"))
+    ids = [r["id"] for r in delivered.orderBy("id").select("id").collect()]
+    assert ids == list(range(len(ids))) and len(ids) > 0, "every id once, none lost"
+    assert enqueued.count() == len(ids)
+    positions = [r["_position"] for r in delivered.orderBy("id").select("_position").collect()]
+    assert positions == sorted(positions), "enqueue order follows production order"
+
+
+def test_gated_source_propagates_backpressure_up_a_chain(spark: SparkSession, tmp_path: Path) -> None:
+    """A -> stage -> B: with B stopped the stage admits nothing, A fills up and its producer is
+    held; a consumer on B releases the whole chain."""
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    queue_a = declare(spark, a, SCHEMA, settings={"stopCount": 60, "resumeCount": 30})
+    queue_b = declare(spark, b, SCHEMA, settings={"stopCount": 50, "resumeCount": 20})
+    producer, _ = start_producer(spark, a, tmp_path / "p", "p", 100, options={"capacity": 20})
+    stage = (read_queue(spark, a, downstream=b, maxRecordsPerTrigger=20).drop("_position", "_enqueue_time")
+             .writeStream.format("delta").option("checkpointLocation", str(tmp_path / "stage"))
+             .trigger(processingTime="500 milliseconds").start(b))
+    wait_until(lambda: queue_b.subscriptions.get("default").flow_stopped, 90)
+    wait_until(lambda: queue_a.subscriptions.get("default").flow_stopped and is_held(producer), 90)
+    assert queue_b.depths()["default"].count <= 50 + 20  # stop + one admitted batch
+    wait_until(lambda: not is_held(stage), 10)  # the gated stage holds no thread
+
+    held_count = spark.read.format("delta").load(a).count()
+    consumer = (read_queue(spark, b).drop("_position", "_enqueue_time")
+                .writeStream.format("delta").option("checkpointLocation", str(tmp_path / "c"))
+                .trigger(processingTime="500 milliseconds").start(str(tmp_path / "out")))
+    wait_until(lambda: not queue_b.subscriptions.get("default").flow_stopped, 90)
+    wait_until(lambda: spark.read.format("delta").load(a).count() > held_count, 90)  # the producer goes on
+    producer.stop()
+    drain(queue_a)
+    drain(queue_b)
+    stage.stop()
+    consumer.stop()
+    delivered = spark.read.format("delta").load(str(tmp_path / "out"))
+    assert delivered.count() == spark.read.format("delta").load(a).count()
+    assert delivered.groupBy("id").count().filter("count > 1").count() == 0
