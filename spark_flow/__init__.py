@@ -5,17 +5,50 @@ threshold and go on when it falls under the resume threshold, as message brokers
 """
 
 from spark_flow.config import FlowConfig, resolve
-from spark_flow.exceptions import ConfigurationError, SparkFlowError, UnknownKeyError
+from spark_flow.exceptions import (
+    ConfigurationError,
+    FlowControlError,
+    HoldInterruptedError,
+    QueueFullError,
+    QueueFullTimeoutError,
+    QueueNotFoundError,
+    SchemaMismatchError,
+    SparkFlowError,
+    SubscriptionNotFoundError,
+    UnknownKeyError,
+)
+from spark_flow.gate import Gate, GateStatus
+from spark_flow.ledger import Depth
+from spark_flow.queue import Queue, declare, open_queue
 from spark_flow.session import get_spark
+from spark_flow.sink import QueueSink, enqueue_stream
+from spark_flow.source import FlowQueueDataSource, read_queue
 from spark_flow.state import FlowState, Thresholds
 
 __all__ = [
     "ConfigurationError",
+    "Depth",
     "FlowConfig",
+    "FlowControlError",
+    "FlowQueueDataSource",
     "FlowState",
+    "Gate",
+    "GateStatus",
+    "HoldInterruptedError",
+    "Queue",
+    "QueueFullError",
+    "QueueFullTimeoutError",
+    "QueueNotFoundError",
+    "QueueSink",
+    "SchemaMismatchError",
     "SparkFlowError",
+    "SubscriptionNotFoundError",
     "Thresholds",
     "UnknownKeyError",
+    "declare",
+    "enqueue_stream",
     "get_spark",
+    "open_queue",
+    "read_queue",
     "resolve",
 ]

@@ -125,6 +125,7 @@ KEYS: dict[str, Key] = {
         Key("capacity", lambda k, v: parse_count(k, v, minimum=1), 10_000, "A producer's window: messages it may enqueue after the queue went ON."),
         Key("pollInterval", lambda k, v: parse_duration(k, v, minimum=0.001), 1.0, "Longest wait between two looks at a held queue's depth."),
         Key("producerFlowControl", parse_bool, True, "false switches flow control off for the queue."),
+        Key("home", lambda k, v: str(v), None, "Where queues declared from now on keep their subscriptions and history."),
     )
 }
 

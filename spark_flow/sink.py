@@ -222,7 +222,8 @@ class QueueSink:
 
     def _write_chunks(self, rows: DataFrame, size: Column, gate: Gate, status: GateStatus, app_id: str,
                       batch_id: int, done: int, count: int, is_active: Callable[[], bool]) -> None:
-        """Write rows ``done..count`` in chunks, each as large as flow control allows."""
+        """Write rows ``done..count`` in chunks of the producer's capacity, the gate looked at
+        between chunks. One job sizes every chunk; one write per chunk."""
         from pyspark.sql import Window
         from pyspark.sql import functions as F
         from pyspark.sql.types import MapType
@@ -230,15 +231,18 @@ class QueueSink:
         orderable = [F.col(f"`{f.name}`") for f in rows.schema.fields if not isinstance(f.dataType, MapType)]
         order = Window.orderBy(F.xxhash64(*[F.col(f"`{n}`") for n in rows.columns]), *orderable)
         indexed = rows.withColumn(_ROW, F.row_number().over(order) - 1).persist()
+        window = int(min(count - done, _allowed(status)))  # chunk size, fixed for this batch
+        chunk_of = F.floor((F.col(_ROW) - done) / window)
         try:
-            while done < count:
-                n = min(count - done, _allowed(status))
-                chunk = indexed.filter((F.col(_ROW) >= done) & (F.col(_ROW) < done + n)).drop(_ROW)
-                chunk_size = chunk.agg(F.coalesce(F.sum(size), F.lit(0))).first()[0]
-                self._write(chunk, gate.queue.path, app_id, batch_id * TXN_SPAN + done + n, n, chunk_size, batch_id)
-                done += n
-                if done < count:
-                    status = self._admit(gate, is_active)
+            sizes = dict(indexed.filter(F.col(_ROW) >= done).groupBy(chunk_of.alias("chunk"))
+                         .agg(F.coalesce(F.sum(size), F.lit(0))).collect())
+            for chunk_index in range(math.ceil((count - done) / window)):
+                lo, hi = done + chunk_index * window, min(count, done + (chunk_index + 1) * window)
+                if chunk_index:
+                    self._admit(gate, is_active)
+                chunk = indexed.filter((F.col(_ROW) >= lo) & (F.col(_ROW) < hi)).drop(_ROW)
+                self._write(chunk, gate.queue.path, app_id, batch_id * TXN_SPAN + hi, hi - lo,
+                            sizes[chunk_index], batch_id)
         finally:
             # Fails when the query is being stopped (its thread is interrupted); Spark frees
             # the cached blocks with the session then.
