@@ -72,8 +72,8 @@ class FlowControlError(SparkFlowError):
         self.depth = depth
         self.thresholds = thresholds
         super().__init__(
-            f"queue {queue!r} is flow-stopped: {detail} (depth {depth.count} messages / {depth.size} bytes; "
-            f"stop {thresholds.stop_count} messages / {thresholds.stop_size} bytes, "
+            f"queue {queue!r} refused the batch: {detail} (depth {depth.count} messages / {depth.size} bytes; "
+            f"limits: stop {thresholds.stop_count} messages / {thresholds.stop_size} bytes, "
             f"resume {thresholds.resume_count} messages / {thresholds.resume_size} bytes)"
         )
 

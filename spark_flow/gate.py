@@ -109,7 +109,7 @@ class Gate:
             return status, 0.0
         config = status.config
         if config.policy == "reject":
-            raise QueueFullError(status.queue, status.depth, status.thresholds, "policy reject")
+            raise QueueFullError(status.queue, status.depth, status.thresholds, "flow-stopped, policy reject")
         started = time.monotonic()
         log.info("holding producer of queue %r: depth %d messages / %d bytes, thresholds %s",
                  status.queue, status.depth.count, status.depth.size, status.thresholds)
@@ -118,7 +118,7 @@ class Gate:
             held = time.monotonic() - started
             if config.policy == "reject-after" and held >= config.reject_timeout:
                 raise QueueFullTimeoutError(status.queue, status.depth, status.thresholds,
-                                            f"held {held:.1f}s, rejectTimeout {config.reject_timeout:g}s")
+                                            f"flow-stopped, held {held:.1f}s, rejectTimeout {config.reject_timeout:g}s")
             time.sleep(delay)
             delay = min(delay * 2, status.config.poll_interval)
             status = self.observe()

@@ -146,16 +146,10 @@ class Queue:
         """The last ``txnVersion`` committed by ``app_id`` (as of the last refresh), or None."""
         return self._table.transaction_version(app_id)
 
-    def discard_oldest(self, config: FlowConfig, strict: bool = False) -> dict[str, int]:
-        """Ring policy: move each subscription deeper than the queue's max past its oldest
-        commits until it fits; return the messages discarded per subscription.
-
-        With ``strict`` (ring-strict), a newest commit that alone exceeds the max raises
-        :class:`~spark_flow.exceptions.QueueFullError` instead of being kept over the limit.
-        """
-        from spark_flow.exceptions import QueueFullError
-        from spark_flow.state import Thresholds
-
+    def discard_oldest(self, config: FlowConfig) -> dict[str, int]:
+        """Ring policies: move each subscription deeper than the queue's max past its oldest
+        commits until it fits (the newest commit is always kept); return the messages discarded
+        per subscription."""
         limit = Depth(config.max_count or 0, config.max_size or 0)
         if not limit.count and not limit.size:
             return {}
@@ -164,12 +158,7 @@ class Queue:
         for sub in self.subscriptions.list():
             depth, position, dropped = self.ledger.depth(sub.position, latest), sub.position, 0
             for commit in self.ledger.commits(sub.position, latest):
-                if not _over(depth, limit):
-                    break
-                if commit.version == latest and strict:
-                    raise QueueFullError(self.name, depth, Thresholds(limit.count, limit.count, limit.size, limit.size),
-                                         "ring-strict queue cannot make room for its newest messages")
-                if commit.version == latest:
+                if not _over(depth, limit) or commit.version == latest:
                     break
                 depth = Depth(depth.count - commit.count, depth.size - commit.size)
                 position, dropped = commit.version, dropped + commit.count

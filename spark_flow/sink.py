@@ -25,10 +25,11 @@ from functools import reduce
 from typing import TYPE_CHECKING, Any
 
 from spark_flow.config import check_options, flow_conf
-from spark_flow.exceptions import HoldInterruptedError, SchemaMismatchError
+from spark_flow.exceptions import HoldInterruptedError, QueueFullError, SchemaMismatchError
 from spark_flow.gate import Gate, GateStatus
 from spark_flow.ledger import METADATA_KEY, Depth
 from spark_flow.queue import open_queue, queue_location
+from spark_flow.state import Thresholds
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -151,6 +152,7 @@ class QueueSink:
         self.app_id = app_id
         self.last: dict[str, BatchReport] = {}
         self._locations: dict[str, str] = {}
+        self._held: dict[str, float] = {}  # seconds the current batch was held, per queue path
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         spark = batch.sparkSession
@@ -164,6 +166,7 @@ class QueueSink:
         is_active = _activity(query_id)
         parts = self._route(batch)
         gates = {dest: Gate(open_queue(self._location(spark, dest)), self.settings, conf) for dest in parts}
+        self._held = dict.fromkeys((gate.queue.path for gate in gates.values()), 0.0)
         enqueued = {dest: self._enqueue(part, gates[dest], app_id, batch_id, is_active) for dest, part in parts.items()}
         self._hold(batch_id, gates, enqueued, is_active)
 
@@ -208,6 +211,8 @@ class QueueSink:
                 log.info("batch %d already enqueued into %r (replay); skipping its write", batch_id, queue.name)
             return Depth(count, total_size)
         status = gate.observe()
+        if status.config.policy == "ring-strict":
+            _refuse_over_max(queue.name, status, Depth(count, total_size))
         if status.config.policy != "flow" or done > 0:
             # reject policies refuse before writing; a replay goes on only when there is room.
             status = self._admit(gate, is_active)
@@ -217,7 +222,7 @@ class QueueSink:
             self._write_chunks(rows, size, gate, status, app_id, batch_id, done, count, is_active)
         if status.config.policy.startswith("ring"):
             queue.refresh()
-            queue.discard_oldest(status.config, strict=status.config.policy == "ring-strict")
+            queue.discard_oldest(status.config)
         return Depth(count, total_size)
 
     def _write_chunks(self, rows: DataFrame, size: Column, gate: Gate, status: GateStatus, app_id: str,
@@ -251,7 +256,8 @@ class QueueSink:
 
     def _admit(self, gate: Gate, is_active: Callable[[], bool]) -> GateStatus:
         """Wait until the queue takes more of this batch; a stop while waiting interrupts it."""
-        status, _held = gate.wait(is_active)
+        status, held = gate.wait(is_active)
+        self._held[gate.queue.path] += held
         if status.stopped:
             raise HoldInterruptedError(f"query stopped while held by queue {gate.queue.name!r} in mid-batch; "
                                        "the rest of the batch is enqueued when the query restarts")
@@ -269,7 +275,7 @@ class QueueSink:
     def _hold(self, batch_id: int, gates: Mapping[str, Gate], enqueued: Mapping[str, Depth],
               is_active: Callable[[], bool]) -> None:
         """Complete the batch only when every destination queue is flow-OFF in one pass."""
-        held: dict[str, float] = dict.fromkeys(gates, 0.0)
+        held = {dest: self._held[gate.queue.path] for dest, gate in gates.items()}
         while True:
             statuses = {}
             for dest, gate in gates.items():
@@ -283,6 +289,15 @@ class QueueSink:
         for dest, status in statuses.items():
             self.last[dest] = BatchReport(batch_id, status.queue, enqueued[dest].count, enqueued[dest].size,
                                           status.depth, status.stopped, status.flow_stopped_count, held[dest])
+
+
+def _refuse_over_max(queue: str, status: GateStatus, batch: Depth) -> None:
+    """ring-strict: a batch that alone exceeds the queue's max is refused before it is written."""
+    config = status.config
+    if (config.max_count and batch.count > config.max_count) or (config.max_size and batch.size > config.max_size):
+        limit = Thresholds(config.max_count, config.max_count, config.max_size, config.max_size)
+        raise QueueFullError(queue, batch, limit, f"ring-strict queue cannot take a batch of {batch.count} "
+                                                   f"messages / {batch.size} bytes above its max")
 
 
 def _allowed(status: GateStatus) -> float:

@@ -1,0 +1,151 @@
+"""The gate: depth per subscription, the flow state machine stepped and recorded once, run-time
+threshold changes, several subscriptions, and holding until a consumer makes room.
+
+Messages are appended by plain Delta writers (delta-spark and delta-rs), which count in the
+depth like the sink's commits.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+from pyspark.sql import SparkSession
+
+from spark_flow.exceptions import QueueFullError
+from spark_flow.gate import Gate, GateStatus
+from spark_flow.ledger import Depth
+from spark_flow.queue import Queue, declare
+
+pytestmark = pytest.mark.timeout(120)
+
+SCHEMA = "id BIGINT, body STRING"
+
+
+def append(path: str, ids: Iterable[int]) -> int:
+    """Append messages with delta-rs (a writer that does not use spark-flow); return the commit's version."""
+    ids = list(ids)
+    write_deltalake(path, pa.table({"id": pa.array(ids, pa.int64()), "body": [f"m{i}" for i in ids]}), mode="append")
+    return DeltaTable(path).version()
+
+
+def test_observe_turns_on_above_stop_and_two_gates_count_the_crossing_once(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Stop 5: a depth of 5 is not over it, 6 is. Two gates (separate handles, as two
+    producers) looking at the same crossing at the same moment record one transition."""
+    path = str(tmp_path / "q")
+    declare(spark, path, SCHEMA, settings={"stopCount": 5, "resumeCount": 3})
+    spark.range(5).selectExpr("id", "concat('m', id) AS body").write.format("delta").mode("append").save(path)
+    first, second = Gate(Queue(path)), Gate(Queue(path))
+
+    status = first.observe()
+    assert status.depth == Depth(5, status.depth.size) and not status.stopped
+    assert status.flow_stopped_count == 0
+
+    append(path, [5])
+    barrier = threading.Barrier(2)
+    seen: dict[str, GateStatus] = {}
+
+    def observe(name: str, gate: Gate) -> None:
+        barrier.wait()
+        seen[name] = gate.observe()
+
+    threads = [threading.Thread(target=observe, args=item) for item in (("first", first), ("second", second))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert all(s.stopped and s.depth.count == 6 and s.flow_stopped_count == 1 for s in seen.values()), seen
+    assert second.observe().flow_stopped_count == 1 and first.observe().flow_stopped_count == 1
+
+    queue = Queue(path)
+    sub = queue.subscriptions.get("default")
+    assert (sub.flow_stopped, sub.flow_stopped_count) == (True, 1)
+    history = queue.history.read()
+    assert [(r["flow_stopped"], r["flow_stopped_count"], r["depth_count"]) for r in history] == [(True, 1, 6)]
+    assert (history[0]["stop_count"], history[0]["resume_count"]) == (5, 3)
+
+
+def test_threshold_changed_at_run_time_applies_at_the_next_observe(spark: SparkSession, tmp_path: Path) -> None:
+    """Stop 10 / resume 2, depth 6 after an ack keeps flow ON; raising flow.resumeCount above
+    the depth releases at the next look, and lowering flow.stopCount under it stops again."""
+    path = str(tmp_path / "q")
+    queue = declare(spark, path, SCHEMA, settings={"stopCount": 10, "resumeCount": 2})
+    gate = Gate(queue)
+    first = append(path, range(5))
+    append(path, range(5, 11))
+    assert gate.observe().stopped
+    queue.acknowledge("default", first)
+    status = gate.observe()
+    assert status.stopped and status.depth.count == 6
+
+    spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('flow.resumeCount' = '8')")
+    status = gate.observe()
+    assert not status.stopped
+    assert (status.thresholds.stop_count, status.thresholds.resume_count) == (10, 8)
+    assert status.depth.count == 6 and status.flow_stopped_count == 1
+
+    spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('flow.stopCount' = '4', 'flow.resumeCount' = '3')")
+    status = gate.observe()
+    assert status.stopped and status.flow_stopped_count == 2
+    assert (status.thresholds.stop_count, status.thresholds.resume_count) == (4, 3)
+
+
+def test_queue_is_stopped_while_any_subscription_is_and_dropping_it_releases(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Two subscriptions: the one that acknowledged everything is OFF, the other still holds
+    the queue (and a reject producer fails); dropping it releases the queue."""
+    path = str(tmp_path / "q")
+    queue = declare(spark, path, SCHEMA, settings={"stopCount": 10, "resumeCount": 5})
+    queue.create_subscription("audit", "earliest")
+    gate = Gate(queue)
+    latest = append(path, range(11))
+    status = gate.observe()
+    assert status.stopped
+    assert {name: s.flow_stopped for name, s in status.states.items()} == {"audit": True, "default": True}
+
+    queue.acknowledge("default", latest)
+    status = gate.observe()
+    assert status.stopped
+    assert status.depths == {"audit": Depth(11, 0), "default": Depth(0, 0)}
+    assert status.depth == Depth(11, 0), "the deepest subscription"
+    assert {name: s.flow_stopped for name, s in status.states.items()} == {"audit": True, "default": False}
+    with pytest.raises(QueueFullError, match=r"queue 'q' refused the batch: flow-stopped, policy reject \(depth 11 messages"):
+        Gate(queue, {"policy": "reject"}).wait()
+
+    queue.drop_subscription("audit")
+    status, held = gate.wait()
+    assert not status.stopped and held == 0.0
+    assert list(status.depths) == ["default"]
+    assert [(s.name, s.flow_stopped, s.flow_stopped_count) for s in queue.subscriptions.list()] == [("default", False, 1)]
+
+
+def test_wait_holds_until_a_consumer_acknowledges_or_the_query_stops(spark: SparkSession, tmp_path: Path) -> None:
+    """``wait`` polls while stopped: it returns still stopped as soon as ``is_active`` turns
+    False, and not stopped once another process's consumer has acknowledged."""
+    path = str(tmp_path / "q")
+    queue = declare(spark, path, SCHEMA, settings={"stopCount": 3, "resumeCount": 1})
+    latest = append(path, range(4))
+    gate = Gate(queue, {"pollInterval": "100ms"})
+
+    status, held = gate.wait(is_active=lambda: False)
+    assert status.stopped and held < 1
+
+    def consume() -> None:
+        time.sleep(0.5)
+        Queue(path).acknowledge("default", latest)
+
+    consumer = threading.Thread(target=consume)
+    consumer.start()
+    status, held = gate.wait()
+    consumer.join()
+    assert not status.stopped and status.depth.count == 0
+    assert 0.4 <= held < 5
+    assert status.flow_stopped_count == 1

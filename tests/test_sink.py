@@ -1,0 +1,419 @@
+"""The enqueue sink called directly as a foreachBatch function: exactly once, chunks, schema
+checks, routing, sizes and the limit policies, on real Delta queues.
+
+A direct call never sees a query stop, so a call held by a flow-stopped queue would block for
+ever: every test here either ends with the queue flow-OFF, uses a policy that raises, or has a
+consumer thread that acknowledges.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+import pytest
+from chispa import assert_df_equality
+from deltalake import DeltaTable
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from spark_flow.exceptions import (
+    ConfigurationError,
+    FlowControlError,
+    QueueFullError,
+    QueueFullTimeoutError,
+    SchemaMismatchError,
+)
+from spark_flow.gate import Gate
+from spark_flow.ledger import METADATA_KEY, Depth
+from spark_flow.queue import Queue, declare, open_queue
+from spark_flow.sink import TXN_SPAN, QueueSink
+
+# A held direct call never returns: fail instead of hanging.
+pytestmark = pytest.mark.timeout(120)
+
+SCHEMA = "id BIGINT, body STRING"
+
+
+def messages(spark: SparkSession, ids: Iterable[int], schema: str = SCHEMA) -> DataFrame:
+    """Messages ``(id, 'm<id>')``."""
+    return spark.createDataFrame([(i, f"m{i}") for i in ids], schema)
+
+
+def table(spark: SparkSession, path: str) -> DataFrame:
+    return spark.read.format("delta").load(path)
+
+
+def latest_version(path: str) -> int:
+    """The table's latest commit version (read with deltalake: no Spark job)."""
+    return DeltaTable(path).version()
+
+
+def row_count(path: str) -> int:
+    return DeltaTable(path).to_pyarrow_table().num_rows
+
+
+def sink_commits(path: str) -> list[tuple[int, int, int]]:
+    """``(version, count, size)`` of every commit the sink wrote, oldest first, from the
+    ``userMetadata`` of the table's history."""
+    commits = []
+    for info in DeltaTable(path).history():
+        if info.get("userMetadata") and METADATA_KEY in info["userMetadata"]:
+            meta = json.loads(info["userMetadata"])[METADATA_KEY]
+            commits.append((info["version"], meta["count"], meta["size"]))
+    return sorted(commits)
+
+
+def assert_same_rows(actual: DataFrame, expected: DataFrame) -> None:
+    """Every expected row once, and nothing else."""
+    assert_df_equality(actual, expected, ignore_row_order=True, ignore_nullable=True)
+
+
+class Consumer:
+    """A consumer thread that acknowledges everything whenever the default subscription is
+    flow-stopped, so a held sink call goes on."""
+
+    def __init__(self, path: str) -> None:
+        self.queue = Queue(path)  # its own handle, as another process would have
+        self._done = threading.Event()
+        self.acks = 0
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._done.is_set():
+            stopped = self.queue.subscriptions.get("default").flow_stopped
+            if stopped and self.queue.acknowledge("default", self.queue.refresh()):
+                self.acks += 1
+            time.sleep(0.05)
+
+    def __enter__(self) -> Consumer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._thread.join(10)
+
+
+# --- exactly once ---------------------------------------------------------------------------
+
+
+def test_replayed_batch_id_writes_nothing(spark: SparkSession, tmp_path: Path) -> None:
+    """The same batch id again (a restarted query, a new sink object) adds no rows and no
+    commit; a new batch id with the same rows is a new batch."""
+    path = str(tmp_path / "q")
+    declare(spark, path, SCHEMA)
+    df = messages(spark, range(20))
+    QueueSink(path, app_id="producer-1")(df, 7)
+    version = latest_version(path)
+
+    replay = QueueSink(path, app_id="producer-1")
+    replay(df, 7)
+    assert latest_version(path) == version
+    assert row_count(path) == 20
+    assert replay.last[path].count == 20, "the report still shows the batch"
+    assert open_queue(path).transaction_version("producer-1") == 7 * TXN_SPAN + 20
+
+    replay(df, 8)
+    assert latest_version(path) == version + 1
+    assert row_count(path) == 40
+
+
+def test_batch_bigger_than_capacity_is_written_in_chunks(spark: SparkSession, tmp_path: Path) -> None:
+    """25 rows with capacity 10 on a queue with flow control: three commits of at most 10 rows
+    (DESIGN 2.2), every row exactly once, the txnVersion at batchId * 2**32 + 25."""
+    path = str(tmp_path / "q")
+    declare(spark, path, SCHEMA, settings={"stopCount": 1000, "resumeCount": 500})
+    df = messages(spark, range(25))
+    sink = QueueSink(path, options={"capacity": 10}, app_id="p")
+    sink(df, 3)
+
+    counts = [count for _v, count, _s in sink_commits(path)]
+    assert counts == [10, 10, 5]
+    assert_same_rows(table(spark, path), df)
+    assert open_queue(path).transaction_version("p") == 3 * TXN_SPAN + 25
+    assert sink.last[path].count == 25 and sink.last[path].depth.count == 25
+    assert not sink.last[path].flow_stopped
+
+
+def test_chunks_are_held_until_a_consumer_makes_room(spark: SparkSession, tmp_path: Path) -> None:
+    """Stop 15 / resume 10, capacity 10, 30 rows: the gate is looked at between chunks, so the
+    call is held after the second chunk (depth 20 > 15) until the consumer acknowledges; the
+    depth never exceeds stop + capacity."""
+    path = str(tmp_path / "q")
+    declare(spark, path, SCHEMA, settings={"stopCount": 15, "resumeCount": 10})
+    df = messages(spark, range(30))
+    sink = QueueSink(path, options={"capacity": 10, "pollInterval": "100ms"}, app_id="p")
+    with Consumer(path) as consumer:
+        sink(df, 0)
+
+    assert [count for _v, count, _s in sink_commits(path)] == [10, 10, 10]
+    assert_same_rows(table(spark, path), df)
+    report = sink.last[path]
+    assert report.depth.count == 10
+    assert not report.flow_stopped and report.flow_stopped_count == 1
+    assert consumer.acks == 1
+    assert report.held_seconds > 0, "BatchReport.held_seconds leaves out the hold between chunks"
+    history = open_queue(path).history.read()
+    assert [(r["flow_stopped"], r["depth_count"]) for r in history] == [(True, 20), (False, 0)]
+    assert max(r["depth_count"] for r in history) <= 15 + 10
+
+
+def test_crash_between_chunks_then_replay_writes_only_the_rest(spark: SparkSession, tmp_path: Path) -> None:
+    """Policy reject, stop 9, capacity 10, 18 rows: the call fails after its first chunk (the
+    queue turned ON). Replayed while still ON it writes nothing; replayed after the consumer
+    acknowledged (rows in another order and partitioning) it writes exactly the 8 others."""
+    path = str(tmp_path / "q")
+    queue = declare(spark, path, SCHEMA, settings={"stopCount": 9, "resumeCount": 5, "policy": "reject"})
+    df = messages(spark, range(18))
+    with pytest.raises(QueueFullError, match="refused the batch: flow-stopped"):
+        QueueSink(path, options={"capacity": 10}, app_id="p")(df, 5)
+    assert [count for _v, count, _s in sink_commits(path)] == [10]
+    assert row_count(path) == 10
+
+    with pytest.raises(QueueFullError):
+        QueueSink(path, options={"capacity": 10}, app_id="p")(df, 5)
+    assert row_count(path) == 10, "a replay into a stopped queue adds nothing"
+
+    queue.acknowledge("default", queue.refresh())
+    shuffled = df.orderBy(F.desc("id")).repartition(3)
+    replay = QueueSink(path, options={"capacity": 10}, app_id="p")
+    replay(shuffled, 5)
+    assert [count for _v, count, _s in sink_commits(path)] == [10, 8]
+    assert_same_rows(table(spark, path), df)
+    assert replay.last[path].depth.count == 8 and not replay.last[path].flow_stopped
+
+    replay(df, 5)
+    assert row_count(path) == 18
+
+
+# --- schema ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("schema", "row", "detail"),
+    [
+        ("id BIGINT", (1,), r"missing columns \['body'\]"),
+        ("id BIGINT, body STRING, extra STRING", (1, "m1", "x"), r"unknown columns \['extra'\]"),
+        ("id STRING, body STRING", ("1", "m1"), r"id is string, queue has bigint"),
+    ],
+    ids=["missing", "extra", "wrong-type"],
+)
+def test_schema_mismatch_raises_naming_the_column_and_enqueues_nothing(
+    spark: SparkSession, tmp_path: Path, schema: str, row: tuple, detail: str
+) -> None:
+    path = str(tmp_path / "q")
+    declare(spark, path, SCHEMA)
+    version = latest_version(path)
+    batch = spark.createDataFrame([row], schema)
+    with pytest.raises(SchemaMismatchError, match=detail):
+        QueueSink(path, app_id="p")(batch, 0)
+    assert latest_version(path) == version
+    assert row_count(path) == 0
+
+
+# --- routing and sizes ----------------------------------------------------------------------
+
+
+def test_route_column_sends_each_row_to_its_queue(spark: SparkSession, tmp_path: Path) -> None:
+    """Rows go to the queue their route column names, without that column, in a commit per
+    queue; a replay writes neither again."""
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    declare(spark, a, SCHEMA)
+    declare(spark, b, SCHEMA)
+    df = messages(spark, range(30)).withColumn("dest", F.when(F.col("id") % 3 == 0, F.lit(a)).otherwise(F.lit(b)))
+    sink = QueueSink(route_column="dest", app_id="router")
+    sink(df, 0)
+
+    for path, ids in ((a, [i for i in range(30) if i % 3 == 0]), (b, [i for i in range(30) if i % 3 != 0])):
+        rows = DeltaTable(path).to_pyarrow_table()
+        assert rows.column_names == ["id", "body"]
+        assert sorted(rows.to_pylist(), key=lambda r: r["id"]) == [{"id": i, "body": f"m{i}"} for i in ids]
+        assert [c for _v, c, _s in sink_commits(path)] == [len(ids)]
+        assert sink.last[path].count == len(ids)
+    versions = (latest_version(a), latest_version(b))
+    sink(df, 0)
+    assert (latest_version(a), latest_version(b)) == versions
+
+
+def test_route_column_missing_raises(spark: SparkSession, tmp_path: Path) -> None:
+    with pytest.raises(SchemaMismatchError, match="route column 'dest'"):
+        QueueSink(route_column="dest", app_id="router")(messages(spark, range(3)), 0)
+
+
+def test_size_column_sets_message_sizes(spark: SparkSession, tmp_path: Path) -> None:
+    """With ``size_column`` each message weighs its column's value (null counts 0); without,
+    its content bytes (UTF-8 strings, 8 per bigint)."""
+    path = str(tmp_path / "q")
+    queue = declare(spark, path, "id BIGINT, body STRING, sz BIGINT")
+    df = spark.createDataFrame([(1, "a", 100), (2, "b", 250), (3, "c", None)], "id BIGINT, body STRING, sz BIGINT")
+    sink = QueueSink(path, size_column="sz", app_id="p")
+    sink(df, 0)
+    assert sink.last[path].size == 350
+    assert sink_commits(path)[-1][1:] == (3, 350)
+    assert queue.depths()["default"] == Depth(3, 350)
+
+    plain = str(tmp_path / "plain")
+    declare(spark, plain, SCHEMA)
+    df = spark.createDataFrame([(1, "é"), (2, "abc"), (3, None)], SCHEMA)
+    QueueSink(plain, app_id="p")(df, 0)
+    assert open_queue(plain).depths()["default"] == Depth(3, (8 + 2) + (8 + 3) + 8)
+
+
+# --- policies -------------------------------------------------------------------------------
+
+
+def fill_until_stopped(spark: SparkSession, path: str, rows: int, policy: str) -> None:
+    """Enqueue ``rows`` messages with a sink of ``policy`` (a non-holding one); the queue
+    turns ON at the end of the call."""
+    sink = QueueSink(path, options={"policy": policy}, app_id="filler")
+    sink(messages(spark, range(rows)), 0)
+    assert sink.last[path].flow_stopped
+
+
+def test_reject_raises_queue_full_with_queue_depth_and_thresholds(spark: SparkSession, tmp_path: Path) -> None:
+    path = str(tmp_path / "q")
+    queue = declare(spark, path, SCHEMA, settings={"stopCount": 5, "resumeCount": 3, "policy": "reject"})
+    fill_until_stopped(spark, path, 10, "reject")
+    version, depth = latest_version(path), queue.depths()["default"]
+
+    with pytest.raises(QueueFullError, match=r"queue 'q' refused the batch: flow-stopped, policy reject \(depth 10 messages") as info:
+        QueueSink(path, app_id="p")(messages(spark, range(100, 103)), 0)
+    error = info.value
+    assert isinstance(error, FlowControlError)
+    assert error.queue == "q"
+    assert error.depth == depth
+    assert (error.thresholds.stop_count, error.thresholds.resume_count) == (5, 3)
+    assert latest_version(path) == version
+    assert row_count(path) == 10
+
+
+def test_reject_after_raises_after_the_timeout(spark: SparkSession, tmp_path: Path) -> None:
+    path = str(tmp_path / "q")
+    declare(spark, path, SCHEMA, settings={"stopCount": 5, "resumeCount": 3})
+    fill_until_stopped(spark, path, 10, "reject")
+    version = latest_version(path)
+
+    sink = QueueSink(path, options={"policy": "reject-after", "rejectTimeout": "300ms"}, app_id="p")
+    started = time.monotonic()
+    with pytest.raises(QueueFullTimeoutError, match=r"rejectTimeout 0.3s") as info:
+        sink(messages(spark, range(100, 103)), 0)
+    elapsed = time.monotonic() - started
+    held = float(re.search(r"held (\d+\.\d+)s", str(info.value)).group(1))
+    assert 0.3 <= held < 1.5
+    assert 0.3 <= elapsed < 10
+    assert isinstance(info.value, FlowControlError) and info.value.depth.count == 10
+    assert latest_version(path) == version
+
+
+def test_ring_discards_the_oldest_messages_for_the_subscription(spark: SparkSession, tmp_path: Path) -> None:
+    """maxCount 20, three batches of 10: the default subscription skips the oldest commit, its
+    depth is 20, 10 messages are counted as discarded and the 20 newest are still there."""
+    path = str(tmp_path / "q")
+    queue = declare(spark, path, SCHEMA, settings={"policy": "ring", "maxCount": 20})
+    sink = QueueSink(path, app_id="p")
+    for batch in range(3):
+        sink(messages(spark, range(batch * 10, batch * 10 + 10)), batch)
+
+    commits = [version for version, _c, _s in sink_commits(path)]
+    assert len(commits) == 3
+    sub = queue.subscriptions.get("default")
+    assert queue.depths()["default"].count <= 20
+    assert sub.position >= commits[0]
+    assert sub.discarded_count == 10
+    assert not sub.flow_stopped and sub.flow_stopped_count == 0
+    kept = queue.read(sub.position, queue.refresh())
+    assert sorted(kept.column("id").to_pylist()) == list(range(10, 30))
+
+
+def test_ring_strict_rejects_a_batch_larger_than_the_queue(spark: SparkSession, tmp_path: Path) -> None:
+    """ring-strict cannot make room for a single batch above maxCount: QueueFullError, and
+    (DESIGN 3.7) that batch is not left in the queue."""
+    path = str(tmp_path / "q")
+    declare(spark, path, SCHEMA, settings={"policy": "ring-strict", "maxCount": 20})
+    version = latest_version(path)
+    with pytest.raises(QueueFullError, match="ring-strict"):
+        QueueSink(path, app_id="p")(messages(spark, range(25)), 0)
+    assert latest_version(path) == version, "the rejected batch was enqueued anyway"
+    assert row_count(path) == 0
+
+
+@pytest.mark.parametrize("where", ["table-property", "option"])
+def test_producer_flow_control_false_never_stops(spark: SparkSession, tmp_path: Path, where: str) -> None:
+    """Over its stop threshold a queue with producerFlowControl=false does not stop (policy
+    reject, so a stop would fail the call instead of holding it)."""
+    path = str(tmp_path / "q")
+    settings: dict[str, object] = {"stopCount": 5, "resumeCount": 3, "policy": "reject"}
+    options = {}
+    if where == "table-property":
+        settings["producerFlowControl"] = "false"
+    else:
+        options["producerFlowControl"] = "false"
+    queue = declare(spark, path, SCHEMA, settings=settings)
+    sink = QueueSink(path, options=options, app_id="p")
+    for batch in range(2):
+        sink(messages(spark, range(batch * 10, batch * 10 + 10)), batch)
+        assert not sink.last[path].flow_stopped
+    assert queue.depths()["default"].count == 20
+    assert [(s.flow_stopped, s.flow_stopped_count) for s in queue.subscriptions.list()] == [(False, 0)]
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "allowed"),
+    [
+        ("capacity", 0, "a whole number >= 1"),
+        ("policy", "drop", "one of flow, reject, reject-after, ring, ring-strict"),
+        ("rejectTimeout", "soon", "a duration"),
+    ],
+)
+def test_bad_sink_option_raises_before_anything_is_written(
+    spark: SparkSession, tmp_path: Path, key: str, value: object, allowed: str
+) -> None:
+    path = str(tmp_path / "q")
+    declare(spark, path, SCHEMA, settings={"stopCount": 100, "resumeCount": 50})
+    version = latest_version(path)
+    with pytest.raises(ConfigurationError, match=rf"^{key}={value!r} is not valid: allowed is {allowed}"):
+        sink = QueueSink(path, options={key: value}, app_id="p")
+        sink(messages(spark, range(5)), 0)
+    assert latest_version(path) == version
+    assert row_count(path) == 0
+
+
+def test_unknown_sink_option_names_the_closest_key(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match="Did you mean 'capacity'"):
+        QueueSink(str(tmp_path / "q"), options={"capacty": 10}, app_id="p")
+
+
+# --- the Qpid example, message by message -----------------------------------------------------
+
+
+def test_stop_9_resume_5_message_by_message(spark: SparkSession, tmp_path: Path) -> None:
+    """One-message batches: flowStopped turns ON with the 10th message (count > 9), the 11th is
+    refused; acknowledged one by one, flow turns OFF only when 4 remain (count < 5), and
+    flowStoppedCount is 1."""
+    path = str(tmp_path / "q")
+    queue = declare(spark, path, SCHEMA, settings={"stopCount": 9, "resumeCount": 5})
+    sink = QueueSink(path, options={"policy": "reject"}, app_id="p")
+    for i in range(10):
+        sink(messages(spark, [i]), i)
+        report = sink.last[path]
+        assert report.depth.count == i + 1
+        assert report.flow_stopped == (i + 1 > 9), f"after message {i + 1}"
+    assert report.flow_stopped_count == 1
+    with pytest.raises(QueueFullError):
+        sink(messages(spark, [10]), 10)
+
+    gate = Gate(queue, {"policy": "reject"})
+    versions = [version for version, _c, _s in sink_commits(path)]
+    assert len(versions) == 10
+    for acked, version in enumerate(versions[:6], start=1):
+        queue.acknowledge("default", version)
+        status = gate.observe()
+        assert status.depth.count == 10 - acked
+        assert status.stopped == (10 - acked >= 5), f"depth {10 - acked}"
+    sub = queue.subscriptions.get("default")
+    assert (sub.flow_stopped, sub.flow_stopped_count) == (False, 1)
