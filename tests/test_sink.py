@@ -240,6 +240,42 @@ def test_route_column_sends_each_row_to_its_queue(spark: SparkSession, tmp_path:
     assert (latest_version(a), latest_version(b)) == versions
 
 
+def test_batch_to_several_queues_is_held_until_every_one_is_off(spark: SparkSession, tmp_path: Path) -> None:
+    """Head-of-line blocking: a batch routed to A and B completes only when both are flow-OFF.
+    A's consumer releases A at once; B's consumer starts only 1.5 s after B's messages are in,
+    and the call returns only after B's release is recorded too."""
+    from datetime import UTC, datetime
+
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    declare(spark, a, SCHEMA, settings={"stopCount": 2, "resumeCount": 1})
+    declare(spark, b, SCHEMA, settings={"stopCount": 5, "resumeCount": 2})
+    df = messages(spark, range(10)).withColumn("dest", F.when(F.col("id") < 3, F.lit(a)).otherwise(F.lit(b)))
+    sink = QueueSink(route_column="dest", app_id="router", options={"pollInterval": "100ms"})
+    late = Consumer(b)
+
+    def release_b_late() -> None:
+        queue_b = Queue(b)
+        while queue_b.depths()["default"].count < 7:
+            time.sleep(0.1)
+        time.sleep(1.5)
+        late.__enter__()
+
+    helper = threading.Thread(target=release_b_late, daemon=True)
+    with Consumer(a):
+        helper.start()
+        sink(df, 0)
+    returned = datetime.now(UTC)
+    late.__exit__()
+    offs = {}
+    for path in (a, b):
+        history = open_queue(path).history.read()
+        assert [r["flow_stopped"] for r in history][:2] == [True, False]
+        offs[path] = history[1]["time"]
+        assert not sink.last[path].flow_stopped
+    assert returned >= max(offs.values()), "the batch completed only once every destination was OFF"
+    assert sink.last[b].held_seconds >= 0.5
+
+
 def test_route_column_missing_raises(spark: SparkSession, tmp_path: Path) -> None:
     with pytest.raises(SchemaMismatchError, match="route column 'dest'"):
         QueueSink(route_column="dest", app_id="router")(messages(spark, range(3)), 0)

@@ -1,0 +1,252 @@
+"""The ledger: what each commit of a queue table enqueued, read incrementally from its Delta log."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from deltalake import CommitProperties, DeltaTable, write_deltalake
+
+from spark_flow.ledger import METADATA_KEY, Commit, Depth, Ledger, commit_from_info
+
+TIMESTAMP = 1795336486014
+
+# Commit infos as deltalake's DeltaTable.history() returns them, copied from real logs
+# (delta-spark 4.4 / Spark 4.2 and delta-rs 1.6); delta-spark writes metrics as strings.
+SPARK_WRITE: dict[str, Any] = {
+    "engineInfo": "Apache-Spark/4.2.0 Delta-Lake/4.4.0",
+    "isBlindAppend": True,
+    "isolationLevel": "Serializable",
+    "operation": "WRITE",
+    "operationMetrics": {"numFiles": "2", "numOutputBytes": "1407", "numOutputRows": "2"},
+    "operationParameters": {"mode": "Append", "partitionBy": "[]"},
+    "readVersion": 0,
+    "timestamp": TIMESTAMP,
+    "txnId": "30b1e891-280a-426d-8332-f8a7a38859c4",
+    "version": 1,
+}
+SPARK_STREAMING_UPDATE: dict[str, Any] = {
+    "engineInfo": "Apache-Spark/4.2.0 Delta-Lake/4.4.0",
+    "isBlindAppend": True,
+    "isolationLevel": "Serializable",
+    "operation": "STREAMING UPDATE",
+    "operationMetrics": {"numAddedFiles": "2", "numOutputBytes": "1517", "numOutputRows": "25",
+                         "numRemovedFiles": "0"},
+    "operationParameters": {"epochId": "3", "outputMode": "Append",
+                            "queryId": "a17d349e-2284-4944-9cc0-27f9ddbbb21f"},
+    "readVersion": 1,
+    "timestamp": TIMESTAMP,
+    "version": 2,
+}
+RS_WRITE: dict[str, Any] = {
+    "clientVersion": "delta-rs.py-1.6.6",
+    "engineInfo": "delta-rs:py-1.6.6",
+    "operation": "WRITE",
+    "operationMetrics": {"execution_time_ms": 2, "num_added_files": 1, "num_added_rows": 7, "num_partitions": 0,
+                         "num_removed_files": 0, "num_retries": 0},
+    "operationParameters": {"mode": "Append"},
+    "timestamp": TIMESTAMP,
+    "version": 3,
+}
+SPARK_DELETE: dict[str, Any] = {
+    "engineInfo": "Apache-Spark/4.2.0 Delta-Lake/4.4.0",
+    "operation": "DELETE",
+    "operationMetrics": {"numAddedBytes": "0", "numAddedFiles": "0", "numCopiedRows": "0", "numDeletedRows": "2",
+                         "numRemovedBytes": "1400", "numRemovedFiles": "2"},
+    "operationParameters": {"predicate": '["(id#569L = 1)"]'},
+    "readVersion": 2,
+    "timestamp": TIMESTAMP,
+    "version": 4,
+}
+SPARK_OPTIMIZE: dict[str, Any] = {
+    "engineInfo": "Apache-Spark/4.2.0 Delta-Lake/4.4.0",
+    "operation": "OPTIMIZE",
+    "operationMetrics": {"numAddedBytes": "773", "numAddedFiles": "1", "numRemovedBytes": "1414",
+                         "numRemovedFiles": "2"},
+    "operationParameters": {"auto": False, "clusterBy": "[]", "predicate": "[]", "zOrderBy": "[]"},
+    "readVersion": 3,
+    "timestamp": TIMESTAMP,
+    "version": 5,
+}
+SPARK_SET_PROPERTIES: dict[str, Any] = {
+    "engineInfo": "Apache-Spark/4.2.0 Delta-Lake/4.4.0",
+    "operation": "SET TBLPROPERTIES",
+    "operationMetrics": {},
+    "operationParameters": {"properties": '{"flow.stopCount":"5"}'},
+    "readVersion": 4,
+    "timestamp": TIMESTAMP,
+    "version": 6,
+}
+RS_DELETE: dict[str, Any] = {
+    "clientVersion": "delta-rs.py-1.6.6",
+    "operation": "DELETE",
+    "operationMetrics": {"num_added_files": 1, "num_copied_rows": 2, "num_deleted_rows": 2, "num_removed_files": 2},
+    "operationParameters": {"predicate": "id = 1"},
+    "readVersion": 1,
+    "timestamp": TIMESTAMP,
+    "version": 7,
+}
+RS_SET_PROPERTIES: dict[str, Any] = {
+    "clientVersion": "delta-rs.py-1.6.6",
+    "operation": "SET TBLPROPERTIES",
+    "operationParameters": {"properties": '{"delta.appendOnly":"false"}'},
+    "timestamp": TIMESTAMP,
+    "version": 8,
+}
+
+
+def sink_metadata(count: int, size: int, **extra: Any) -> str:
+    """``userMetadata`` as the sink writes it."""
+    return json.dumps({METADATA_KEY: {"count": count, "size": size, **extra}})
+
+
+def test_sink_metadata_is_exact_and_wins_over_operation_metrics() -> None:
+    """The sink's own count and content size win over the Parquet bytes Delta reports."""
+    info = {**SPARK_WRITE, "userMetadata": sink_metadata(2, 19, producer="spark-flow/q1", batch=0)}
+    assert commit_from_info(info) == Commit(version=1, timestamp=TIMESTAMP, count=2, size=19)
+
+
+def test_sink_metadata_already_parsed() -> None:
+    """A ``userMetadata`` given as a mapping (not JSON text) is read the same way."""
+    info = {**SPARK_WRITE, "userMetadata": {METADATA_KEY: {"count": 5, "size": 40}}}
+    assert commit_from_info(info) == Commit(1, TIMESTAMP, 5, 40)
+
+
+@pytest.mark.parametrize(
+    ("info", "count", "size"),
+    [
+        pytest.param(SPARK_WRITE, 2, 1407, id="delta-spark WRITE"),
+        pytest.param(SPARK_STREAMING_UPDATE, 25, 1517, id="delta-spark STREAMING UPDATE"),
+        pytest.param(RS_WRITE, 7, 0, id="delta-rs WRITE reports no bytes"),
+        pytest.param({**SPARK_WRITE, "operation": "MERGE",
+                      "operationMetrics": {"numTargetRowsInserted": "4", "numTargetRowsUpdated": "0"}},
+                     4, 0, id="delta-spark MERGE inserts"),
+        pytest.param({**RS_WRITE, "operation": "MERGE",
+                      "operationMetrics": {"num_target_rows_inserted": 3, "num_target_rows_updated": 1}},
+                     3, 0, id="delta-rs MERGE inserts"),
+    ],
+)
+def test_plain_writers_count_their_output_rows(info: dict[str, Any], count: int, size: int) -> None:
+    """Writers that do not use spark-flow count in the depth by their operation metrics."""
+    commit = commit_from_info(info)
+    assert (commit.version, commit.timestamp, commit.count, commit.size) == (info["version"], TIMESTAMP, count, size)
+
+
+@pytest.mark.parametrize(
+    "info",
+    [
+        pytest.param(SPARK_DELETE, id="delta-spark DELETE"),
+        pytest.param(SPARK_OPTIMIZE, id="delta-spark OPTIMIZE"),
+        pytest.param(SPARK_SET_PROPERTIES, id="delta-spark SET TBLPROPERTIES"),
+        pytest.param(RS_DELETE, id="delta-rs DELETE"),
+        pytest.param(RS_SET_PROPERTIES, id="delta-rs SET TBLPROPERTIES without metrics"),
+        pytest.param({"version": 0, "timestamp": TIMESTAMP, "operation": "CREATE TABLE", "operationMetrics": {}},
+                     id="CREATE TABLE"),
+    ],
+)
+def test_commits_that_add_no_messages_count_zero(info: dict[str, Any]) -> None:
+    """DELETE, OPTIMIZE and property changes enqueue nothing."""
+    assert commit_from_info(info) == Commit(info["version"], TIMESTAMP, 0, 0)
+
+
+@pytest.mark.parametrize(
+    "user_metadata",
+    [
+        pytest.param("nightly backfill, run 5", id="not JSON"),
+        pytest.param("[1, 2]", id="JSON list"),
+        pytest.param("null", id="JSON null"),
+        pytest.param(json.dumps({"owner": "etl"}), id="another tool's metadata"),
+        pytest.param(json.dumps({METADATA_KEY: 5}), id="entry not an object"),
+        pytest.param(json.dumps({METADATA_KEY: {"count": 9}}), id="size missing"),
+        pytest.param(json.dumps({METADATA_KEY: {"count": "many", "size": 1}}), id="count not a number"),
+        pytest.param(json.dumps({METADATA_KEY: {"count": None, "size": 1}}), id="count null"),
+        pytest.param(json.dumps({METADATA_KEY: {"count": -3, "size": 1}}), id="count negative"),
+        pytest.param("", id="empty"),
+    ],
+)
+def test_malformed_user_metadata_is_ignored(user_metadata: str) -> None:
+    """A commit whose ``userMetadata`` is not the sink's falls back to its operation metrics."""
+    assert commit_from_info({**SPARK_WRITE, "userMetadata": user_metadata}) == Commit(1, TIMESTAMP, 2, 1407)
+
+
+def test_missing_timestamp_and_operation() -> None:
+    """A bare commit info (no timestamp, no operation) is a commit of nothing at time 0."""
+    assert commit_from_info({"version": 12}) == Commit(12, 0, 0, 0)
+
+
+def test_depth_adds_counts_and_sizes() -> None:
+    assert Depth(2, 10) + Depth(3, 5) == Depth(5, 15)
+    assert Depth() == Depth(0, 0)
+
+
+def append(path: Path, rows: int = 1, **kwargs: Any) -> None:
+    """One append commit of ``rows`` small messages, written by delta-rs."""
+    table = pa.table({"id": pa.array(range(rows), pa.int64()), "body": pa.array(["m"] * rows)})
+    write_deltalake(str(path), table, mode="append", **kwargs)
+
+
+def test_ledger_reads_sink_and_plain_commits_from_a_real_log(tmp_path: Path) -> None:
+    """Sink commits (userMetadata) and plain appends, as deltalake reads a real table's log."""
+    path = tmp_path / "q"
+    append(path, 2)  # version 0: plain delta-rs write, 2 rows, no bytes reported
+    append(path, 3, commit_properties=CommitProperties(custom_metadata={"userMetadata": sink_metadata(3, 27)}))
+    append(path, 4)
+    ledger = Ledger(DeltaTable(str(path)))
+    assert [(c.version, c.count, c.size) for c in ledger.commits(after=-1)] == [(0, 2, 0), (1, 3, 27), (2, 4, 0)]
+    assert ledger.depth(after=-1) == Depth(9, 27)
+    assert ledger.depth(after=0) == Depth(7, 27)
+    assert ledger.depth(after=0, upto=1) == Depth(3, 27)
+    assert ledger.depth(after=2) == Depth()
+
+
+def test_ledger_sees_new_commits_only_after_refresh(tmp_path: Path) -> None:
+    path = tmp_path / "q"
+    append(path)
+    ledger = Ledger(DeltaTable(str(path)))
+    append(path)
+    assert ledger.depth(after=-1) == Depth(1, 0)
+    assert ledger.refresh() == 1
+    assert ledger.depth(after=-1) == Depth(2, 0)
+
+
+def test_forget_drops_acknowledged_commits_and_rereads_them_if_asked(tmp_path: Path) -> None:
+    """Forgetting keeps memory flat; a later question about old commits still has the right answer."""
+    path = tmp_path / "q"
+    for _ in range(4):
+        append(path)
+    ledger = Ledger(DeltaTable(str(path)))
+    assert ledger.depth(after=-1) == Depth(4, 0)
+    assert ledger.reads == 4
+    ledger.forget(upto=2)
+    assert ledger.depth(after=2) == Depth(1, 0)
+    assert ledger.reads == 4, "commits after the forgotten ones are still known"
+    assert ledger.depth(after=0) == Depth(3, 0)
+    assert 4 + 2 <= ledger.reads <= 4 + 3, "forgotten commits 1 and 2 are read from the log again"
+
+
+def test_depth_after_1000_consumed_commits_needs_no_scan_of_consumed_data(tmp_path: Path) -> None:
+    """The depth after 1,000 consumed commits reads only the commits since (DESIGN 2.4, 3.6)."""
+    path = tmp_path / "q"
+    # Versions 0..999, all consumed. Frequent checkpoints only make the 1,000 writes faster.
+    append(path, configuration={"delta.checkpointInterval": "20"})
+    for _ in range(999):
+        append(path)
+    ledger = Ledger(DeltaTable(str(path)))
+    assert ledger.reads == 0
+
+    for _ in range(3):
+        append(path)
+    assert ledger.refresh() == 1002
+    assert ledger.depth(after=999) == Depth(3, 0)
+    assert ledger.reads == 3, "only the 3 new commits are read, not the 1,000 consumed ones"
+
+    for _ in range(2):
+        append(path)
+    assert ledger.refresh() == 1004
+    assert ledger.depth(after=999) == Depth(5, 0)
+    assert ledger.reads == 5, "a second look reads only the 2 commits since the first"
+    assert ledger.depth(after=999) == Depth(5, 0)
+    assert ledger.reads == 5, "asking again without new commits reads nothing"

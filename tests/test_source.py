@@ -1,0 +1,204 @@
+"""The flowqueue streaming source: a subscription's messages in enqueue order, acknowledged
+once Spark has completed them."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from chispa import assert_df_equality
+from deltalake import DeltaTable
+from pyspark.errors import PySparkException
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQuery
+
+from spark_flow.ledger import Depth
+from spark_flow.queue import Queue, declare
+from spark_flow.sink import QueueSink
+from spark_flow.source import read_queue
+
+SCHEMA = "id BIGINT, body STRING"
+TIMEOUT = 90
+
+
+def append(spark: SparkSession, queue: Queue, first: int, count: int) -> int:
+    """One plain delta-spark append of messages ``first..first+count-1``; return its version."""
+    rows = [(i, f"m{i}") for i in range(first, first + count)]
+    spark.createDataFrame(rows, SCHEMA).write.format("delta").mode("append").save(queue.path)
+    return queue.refresh()
+
+
+def enqueued(spark: SparkSession, queue: Queue) -> DataFrame:
+    """Every message of the queue with its commit version, read with Spark's own change feed."""
+    return (spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", 0)
+            .load(queue.path).where("_change_type = 'insert'")
+            .select("id", "body", F.col("_commit_version").alias("_position")))
+
+
+def consume(stream: DataFrame, checkpoint: Path) -> tuple[StreamingQuery, DataFrame]:
+    """Read everything available into a memory table; return the ended query and the table."""
+    name = f"out_{uuid.uuid4().hex}"
+    query = (stream.writeStream.format("memory").queryName(name).option("checkpointLocation", str(checkpoint))
+             .trigger(availableNow=True).start())
+    assert query.awaitTermination(TIMEOUT), "the availableNow query did not end"
+    assert query.exception() is None
+    return query, stream.sparkSession.table(name)
+
+
+def consume_batches(stream: DataFrame, checkpoint: Path,
+                    handle: Callable[[DataFrame, int], None] | None = None) -> list[tuple[int, list[int]]]:
+    """Run an availableNow foreachBatch consumer; return the ids of each batch it saw."""
+    seen: list[tuple[int, list[int]]] = []
+
+    def batch_function(batch: DataFrame, batch_id: int) -> None:
+        ids = sorted(row.id for row in batch.select("id").collect())
+        if handle is not None:
+            handle(batch, batch_id)
+        seen.append((batch_id, ids))
+
+    query = (stream.writeStream.foreachBatch(batch_function).option("checkpointLocation", str(checkpoint))
+             .trigger(availableNow=True).start())
+    try:
+        assert query.awaitTermination(TIMEOUT), "the availableNow query did not end"
+    finally:
+        query.stop()
+    return seen
+
+
+@pytest.fixture
+def queue(spark: SparkSession, tmp_path: Path) -> Queue:
+    return declare(spark, str(tmp_path / "q"), SCHEMA)
+
+
+@pytest.fixture(scope="module")
+def one_message_queue(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Queue:
+    """A queue holding one message, shared by tests that must not change it."""
+    queue = declare(spark, str(tmp_path_factory.mktemp("shared") / "q"), SCHEMA)
+    append(spark, queue, 0, 1)
+    return queue
+
+
+def test_read_everything_then_acknowledged(spark: SparkSession, queue: Queue, tmp_path: Path) -> None:
+    """Every message once, with its commit version; afterwards the subscription is at the end."""
+    append(spark, queue, 0, 3)
+    QueueSink(queue.path, app_id="t")(spark.createDataFrame([(3, "m3"), (4, "m4")], SCHEMA), 0)
+    last = append(spark, queue, 5, 4)
+
+    stream = read_queue(spark, queue.path)
+    assert stream.isStreaming
+    assert stream.schema.simpleString() == "struct<id:bigint,body:string,_position:bigint,_enqueue_time:timestamp>"
+    _query, out = consume(stream, tmp_path / "chk")
+
+    assert_df_equality(out.select("id", "body", "_position"), enqueued(spark, queue),
+                       ignore_row_order=True, ignore_nullable=True)
+    commit_times = {info["version"]: info["timestamp"] for info in DeltaTable(queue.path).history()}
+    enqueue_times = {(row._position, row.ms) for row in out.select("_position", F.unix_millis("_enqueue_time")
+                                                                   .alias("ms")).collect()}
+    assert enqueue_times == {(v, commit_times[v]) for v, _ in enqueue_times}, "_enqueue_time is the commit's time"
+    assert queue.subscriptions.get("default").position == last
+    assert queue.depths() == {"default": Depth(0, 0)}
+
+
+def test_max_records_per_trigger(spark: SparkSession, queue: Queue, tmp_path: Path) -> None:
+    """Commits of 10 messages with a limit of 20: batches of at most 20, whole commits; a
+    commit larger than the limit comes alone."""
+    for i in range(5):
+        append(spark, queue, 10 * i, 10)
+    last = append(spark, queue, 50, 30)
+    query, out = consume(read_queue(spark, queue.path, maxRecordsPerTrigger=20), tmp_path / "chk")
+
+    rows = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+    assert rows == [20, 20, 10, 30]
+    assert out.count() == 80
+    assert queue.subscriptions.get("default").position == last
+
+
+def test_two_subscriptions_read_independently(spark: SparkSession, queue: Queue, tmp_path: Path) -> None:
+    """Each subscription gets every message once; acknowledging one leaves the other's depth."""
+    queue.create_subscription("audit", "earliest")
+    append(spark, queue, 0, 4)
+    append(spark, queue, 4, 2)
+
+    _q, first = consume(read_queue(spark, queue.path), tmp_path / "c1")
+    assert first.count() == 6
+    assert queue.depths()["default"] == Depth(0, 0)
+    assert queue.depths()["audit"].count == 6
+
+    last = append(spark, queue, 6, 1)
+    _q, second = consume(read_queue(spark, queue.path, subscription="audit"), tmp_path / "c2")
+    assert sorted(r.id for r in second.collect()) == list(range(7))
+    assert queue.subscriptions.get("audit").position == last
+    assert queue.depths()["audit"] == Depth(0, 0)
+    assert queue.depths()["default"].count == 1
+
+
+def test_starting_position_latest_skips_existing_messages(spark: SparkSession, queue: Queue,
+                                                          tmp_path: Path) -> None:
+    """A new subscription at ``latest`` starts after the messages already enqueued."""
+    append(spark, queue, 0, 3)
+    stream = read_queue(spark, queue.path, subscription="late", startingPosition="latest")
+    _q, out = consume(stream, tmp_path / "chk")
+    assert out.count() == 0
+    assert queue.depth("late") == Depth(0, 0)
+
+    # An existing subscription goes on from its acknowledged position, whatever startingPosition
+    # says (a memory sink cannot restart from a checkpoint: a new consumer takes over).
+    append(spark, queue, 3, 2)
+    _q, out = consume(read_queue(spark, queue.path, subscription="late", startingPosition="latest"),
+                      tmp_path / "chk2")
+    assert sorted(r.id for r in out.collect()) == [3, 4]
+
+
+def test_unknown_subscription_names_it(spark: SparkSession, one_message_queue: Queue, tmp_path: Path) -> None:
+    """Without startingPosition a subscription must exist; the error (raised in the source's
+    Python worker, surfaced by Spark) names it, and none is created."""
+    queue = one_message_queue
+    with pytest.raises(PySparkException, match="subscription 'nobody' does not exist"):
+        consume(read_queue(spark, queue.path, subscription="nobody"), tmp_path / "chk")
+    assert [s.name for s in queue.subscriptions.list()] == ["default"]
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        pytest.param({"maxRecordsPerTrigger": "-1"}, "(?i)maxRecordsPerTrigger='-1'", id="negative limit"),
+        pytest.param({"maxRecordsPerTrigger": "0"}, "(?i)maxRecordsPerTrigger='0'", id="zero limit"),
+        pytest.param({"startingPosition": "middle"}, "(?i)startingPosition='middle'.*earliest or latest",
+                     id="unknown position"),
+        pytest.param({"maxRecordPerTrigger": "5"}, "(?i)maxRecordPerTrigger.*Did you mean 'maxRecordsPerTrigger'",
+                     id="misspelled option"),
+    ],
+)
+def test_bad_option_names_the_option(spark: SparkSession, one_message_queue: Queue, tmp_path: Path,
+                                     options: dict[str, Any], match: str) -> None:
+    """Spark lower-cases option names before the source sees them: match either spelling."""
+    queue = one_message_queue
+    with pytest.raises(PySparkException, match=match):
+        consume(read_queue(spark, queue.path, **options), tmp_path / "chk")
+    assert queue.subscriptions.get("default").position == -1
+
+
+def test_failed_batch_is_not_acknowledged_and_is_delivered_again(spark: SparkSession, queue: Queue,
+                                                                 tmp_path: Path) -> None:
+    """A consumer that fails in batch 1 keeps batch 0 acknowledged and batch 1 not; restarted
+    from its checkpoint it gets batch 1's messages again, and nothing twice."""
+    versions = [append(spark, queue, 10 * i, 10) for i in range(3)]
+
+    def fail_second(_batch: DataFrame, batch_id: int) -> None:
+        if batch_id == 1:
+            raise RuntimeError("consumer failed")
+
+    stream = read_queue(spark, queue.path, maxRecordsPerTrigger=10)
+    with pytest.raises(PySparkException, match="consumer failed"):
+        consume_batches(stream, tmp_path / "chk", fail_second)
+    assert queue.subscriptions.get("default").position == versions[0]
+    assert queue.depth().count == 20
+
+    seen = consume_batches(read_queue(spark, queue.path, maxRecordsPerTrigger=10), tmp_path / "chk")
+    assert seen == [(1, list(range(10, 20))), (2, list(range(20, 30)))]
+    assert queue.subscriptions.get("default").position == versions[-1]
+    assert queue.depths() == {"default": Depth(0, 0)}
