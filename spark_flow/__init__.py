@@ -19,7 +19,7 @@ from spark_flow.exceptions import (
 )
 from spark_flow.gate import Gate, GateStatus
 from spark_flow.ledger import Depth
-from spark_flow.queue import Queue, declare, open_queue
+from spark_flow.queue import Queue, declare, open_queue, purge_acknowledged
 from spark_flow.session import get_spark
 from spark_flow.sink import QueueSink, enqueue_stream
 from spark_flow.source import FlowQueueDataSource, read_queue
@@ -49,6 +49,7 @@ __all__ = [
     "enqueue_stream",
     "get_spark",
     "open_queue",
+    "purge_acknowledged",
     "read_queue",
     "resolve",
 ]

@@ -359,3 +359,47 @@ def queue_location(spark: SparkSession, queue: str) -> str:
     if not spark.catalog.tableExists(queue):
         raise QueueNotFoundError(queue, "no such table in the catalog")
     return normalize_path(spark.sql(f"DESCRIBE DETAIL {queue}").first()["location"])
+
+
+def purge_acknowledged(spark: SparkSession, queue: str) -> int:
+    """Delete the messages every subscription has acknowledged; return how many.
+
+    The queue table is rewritten with only the unacknowledged messages (read from its change
+    feed after the lowest subscription position) as a ``dataChange=false`` commit: streaming and
+    change-feed readers skip it, and it counts no messages in the depth. A producer appending
+    while the rewrite runs is not lost: if the rewrite read an older version than it replaced,
+    the messages committed in between are put back (again without a data change). The files
+    removed stay on storage until ``VACUUM``.
+    """
+    import json
+
+    location = queue_location(spark, queue)
+    handle = open_queue(location)
+    latest = handle.refresh()
+    positions = [s.position for s in handle.subscriptions.list()]
+    if not positions:
+        return 0
+    floor = min(positions)
+    before = spark.read.format("delta").option("versionAsOf", latest).load(location).count()
+    keep = _inserts(spark, location, floor, latest)
+    kept = keep.count()
+    if kept == before:
+        return 0
+    metadata = json.dumps({"spark.flow": {"count": 0, "size": 0, "purgedThrough": floor}})
+    (keep.write.format("delta").mode("overwrite").option("dataChange", "false")
+     .option("userMetadata", metadata).save(location))
+    handle.refresh()
+    read_version = int(handle._table.history(1)[0].get("readVersion", latest))
+    if read_version > latest:
+        (_inserts(spark, location, latest, read_version).write.format("delta").mode("append")
+         .option("dataChange", "false").option("userMetadata", metadata).save(location))
+    return before - kept
+
+
+def _inserts(spark: SparkSession, location: str, after: int, upto: int) -> Any:
+    """The rows appended by versions ``after < v <= upto``, from the change feed."""
+    if upto <= after:
+        return spark.read.format("delta").load(location).limit(0)
+    return (spark.read.format("delta").option("readChangeFeed", "true")
+            .option("startingVersion", after + 1).option("endingVersion", upto).load(location)
+            .where("_change_type = 'insert'").drop("_change_type", "_commit_version", "_commit_timestamp"))

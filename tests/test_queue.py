@@ -281,3 +281,31 @@ def test_sink_refuses_a_batch_of_another_schema(spark: SparkSession, tmp_path: P
     with pytest.raises(SchemaMismatchError, match=r"unknown columns \['extra'\]"):
         QueueSink(queue.path, app_id="t")(batch, 0)
     assert queue.refresh() == before
+
+
+def test_purge_deletes_only_what_every_subscription_acknowledged(spark: SparkSession, tmp_path: Path) -> None:
+    """Retention: messages acknowledged by every subscription are deleted, the rest stay; the
+    purge counts nothing in the depth and readers do not see it as new messages."""
+    from spark_flow.queue import purge_acknowledged
+    from spark_flow.source import read_queue
+
+    path = str(tmp_path / "q")
+    queue = declare(spark, path, "id BIGINT, body STRING")
+    sink = QueueSink(path, app_id="t")
+    for batch in range(4):
+        sink(spark.range(batch * 10, batch * 10 + 10).selectExpr("id", "CAST(id AS STRING) AS body"), batch)
+    versions = [c.version for c in queue.ledger.commits(-1, queue.refresh()) if c.count]
+    queue.create_subscription("slow", versions[0])  # acknowledged the first batch only
+    queue.acknowledge("default", versions[2])  # acknowledged three batches
+    depths = queue.depths()
+
+    assert purge_acknowledged(spark, path) == 10
+    remaining = sorted(r["id"] for r in spark.read.format("delta").load(path).collect())
+    assert remaining == list(range(10, 40))
+    assert queue.depths() == depths
+    assert purge_acknowledged(spark, path) == 0
+
+    query = (read_queue(spark, path, subscription="slow").writeStream.format("memory").queryName("purged_slow")
+             .trigger(availableNow=True).option("checkpointLocation", str(tmp_path / "c")).start())
+    query.awaitTermination(120)
+    assert sorted(r["id"] for r in spark.table("purged_slow").collect()) == list(range(10, 40))
