@@ -9,13 +9,14 @@ source workers; :func:`declare` uses Spark, because catalog tables and DDL live 
 
 from __future__ import annotations
 
+import difflib
 import posixpath
 import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 from spark_flow.config import KEYS, PROPERTY_PREFIX, QPID_ALIASES, FlowConfig, flow_conf, resolve
-from spark_flow.exceptions import QueueNotFoundError, SchemaMismatchError, UnknownKeyError
+from spark_flow.exceptions import ConfigurationError, QueueNotFoundError, SchemaMismatchError, UnknownKeyError
 from spark_flow.history import HistoryTable
 from spark_flow.ledger import Depth, Ledger
 from spark_flow.subscriptions import DEFAULT_SUBSCRIPTION, Subscription, SubscriptionTable
@@ -128,8 +129,6 @@ class Queue:
         elif isinstance(position, int) and not isinstance(position, bool) and position >= -1:
             start = position
         else:
-            from spark_flow.exceptions import ConfigurationError
-
             raise ConfigurationError("startingPosition", position, "earliest, latest, or a queue version >= -1")
         self.subscriptions.create(name, start)
         return self.subscriptions.get(name)
@@ -231,8 +230,6 @@ def _queue_properties(settings: Mapping[str, Any]) -> dict[str, str]:
     for key, value in settings.items():
         name = QPID_ALIASES.get(key) or (key[len(PROPERTY_PREFIX):] if key.startswith(PROPERTY_PREFIX) else key)
         if name not in KEYS:
-            import difflib
-
             known = list(KEYS) + list(QPID_ALIASES)
             closest = difflib.get_close_matches(key, known, n=1)
             raise UnknownKeyError(key, value, closest[0] if closest else None)

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from functools import reduce
 from typing import TYPE_CHECKING, Any
 
-from spark_flow.config import check_options, flow_conf
-from spark_flow.exceptions import HoldInterruptedError, QueueFullError, SchemaMismatchError
+from spark_flow.config import check_options, flow_conf, resolve
+from spark_flow.exceptions import ConfigurationError, HoldInterruptedError, QueueFullError, SchemaMismatchError
 from spark_flow.gate import Gate, GateStatus
 from spark_flow.ledger import METADATA_KEY, Depth
 from spark_flow.queue import open_queue, queue_location
@@ -142,10 +142,9 @@ class QueueSink:
                  size_column: str | None = None, options: Mapping[str, Any] | None = None,
                  app_id: str | None = None) -> None:
         if (queue is None) == (route_column is None):
-            from spark_flow.exceptions import ConfigurationError
-
             raise ConfigurationError("queue", queue, "exactly one of queue or route_column")
         _own, self.settings, self.conf = check_options(dict(options or {}), ())
+        resolve(str(queue), options=self.settings, conf=self.conf)  # bad values fail here, not mid-stream
         self.queue = queue
         self.route_column = route_column
         self.size_column = size_column
@@ -160,8 +159,6 @@ class QueueSink:
         query_id = spark.sparkContext.getLocalProperty("sql.streaming.queryId")
         app_id = self.app_id or (f"spark-flow/{query_id}" if query_id else None)
         if app_id is None:
-            from spark_flow.exceptions import ConfigurationError
-
             raise ConfigurationError("app_id", None, "a stable id for batches written outside a streaming query")
         is_active = _activity(query_id)
         parts = self._route(batch)
