@@ -276,10 +276,10 @@ class QueueSink:
         while True:
             statuses = {}
             for dest, gate in gates.items():
-                if gate.queue.config(gate.options, gate.conf).policy == "flow":
-                    statuses[dest], seconds = gate.wait(is_active)
-                else:
-                    statuses[dest], seconds = gate.observe(), 0.0
+                status, seconds = gate.observe(), 0.0
+                if status.stopped and status.config.policy == "flow":  # other policies refused earlier
+                    status, seconds = gate.wait(is_active)
+                statuses[dest] = status
                 held[dest] += seconds
             if not is_active() or all(not s.stopped or s.config.policy != "flow" for s in statuses.values()):
                 break

@@ -151,12 +151,14 @@ class FlowQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._target = self._queue.refresh()
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        queue = self._queue
-        queue.acknowledge(self.settings.subscription, start["version"])
+        queue, name = self._queue, self.settings.subscription
+        position = queue.subscriptions.get(name).position  # ahead of start when a ring discarded
+        if start["version"] > position:  # every batch up to start is complete (SPARK-NOTES 4)
+            queue.acknowledge(name, start["version"])
         latest = queue.refresh()
         if self._target is not None:
             latest = min(latest, self._target)
-        after = max(start["version"], queue.subscriptions.get(self.settings.subscription).position)
+        after = max(start["version"], position)
         if latest <= after or self._downstream_stopped():
             return start
         if not isinstance(limit, ReadMaxRows):
