@@ -26,6 +26,7 @@ PROPERTY_PREFIX = "flow."
 
 Policy = Literal["flow", "reject", "reject-after", "ring", "ring-strict"]
 POLICIES: tuple[str, ...] = ("flow", "reject", "reject-after", "ring", "ring-strict")
+STALLED_POLICIES: tuple[str, ...] = ("flag", "skip")
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(b|k|kb|kib|m|mb|mib|g|gb|gib|t|tb|tib)?\s*$", re.I)
 _SIZE_UNITS = {"b": 0, "k": 1, "m": 2, "g": 3, "t": 4}
@@ -99,6 +100,14 @@ def parse_policy(key: str, value: Any) -> Policy:
     return text  # type: ignore[return-value]
 
 
+def parse_stalled_policy(key: str, value: Any) -> str:
+    """What the controller does with a stalled consumer's subscription."""
+    text = str(value).strip().lower()
+    if text not in STALLED_POLICIES:
+        raise ConfigurationError(key, value, "one of " + ", ".join(STALLED_POLICIES))
+    return text
+
+
 @dataclass(frozen=True)
 class Key:
     """One setting: its camelCase name (as in ``spark.flow.<name>``), parser, default and doc."""
@@ -125,7 +134,10 @@ KEYS: dict[str, Key] = {
         Key("capacity", lambda k, v: parse_count(k, v, minimum=1), 10_000, "A producer's window: messages it may enqueue after the queue went ON."),
         Key("pollInterval", lambda k, v: parse_duration(k, v, minimum=0.001), 1.0, "Longest wait between two looks at a held queue's depth."),
         Key("producerFlowControl", parse_bool, True, "false switches flow control off for the queue."),
-        Key("home", lambda k, v: str(v), None, "Where queues declared from now on keep their subscriptions and history."),
+        Key("producersStopped", parse_bool, False, "true holds every producer of the queue, whatever its depth (an operator's stop)."),
+        Key("stallTimeout", parse_duration, 0.0, "A subscription with messages and no ack progress for this long is stalled (0 = never)."),
+        Key("stalledConsumerPolicy", parse_stalled_policy, "flag", "flag: report a stalled subscription; skip: also move it past its backlog."),
+        Key("home", lambda k, v: str(v), None, "The control plane's location: queue registry, status, history, commands; default state of new queues."),
     )
 }
 
@@ -227,6 +239,9 @@ class FlowConfig:
     reject_timeout: float
     poll_interval: float
     producer_flow_control: bool
+    producers_stopped: bool = False
+    stall_timeout: float = 0.0
+    stalled_consumer_policy: str = "flag"
     origins: Mapping[str, str] = field(default_factory=dict, compare=False)
 
 
@@ -278,6 +293,9 @@ def resolve(
         reject_timeout=values["rejectTimeout"],
         poll_interval=values["pollInterval"],
         producer_flow_control=values["producerFlowControl"],
+        producers_stopped=values["producersStopped"],
+        stall_timeout=values["stallTimeout"],
+        stalled_consumer_policy=values["stalledConsumerPolicy"],
         origins=origins,
     )
 

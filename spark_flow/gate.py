@@ -37,8 +37,9 @@ class GateStatus:
 
     @property
     def stopped(self) -> bool:
-        """Whether producers must wait: any subscription is flow-stopped."""
-        return any(s.flow_stopped for s in self.states.values())
+        """Whether producers must wait: any subscription is flow-stopped, or an operator
+        stopped the queue's producers."""
+        return self.config.producers_stopped or any(s.flow_stopped for s in self.states.values())
 
     @property
     def depth(self) -> Depth:
@@ -109,16 +110,16 @@ class Gate:
             return status, 0.0
         config = status.config
         if config.policy == "reject":
-            raise QueueFullError(status.queue, status.depth, status.thresholds, "flow-stopped, policy reject")
+            raise QueueFullError(status.queue, status.depth, status.thresholds, f"{_why(status)}, policy reject")
         started = time.monotonic()
-        log.info("holding producer of queue %r: depth %d messages / %d bytes, thresholds %s",
-                 status.queue, status.depth.count, status.depth.size, status.thresholds)
+        log.info("holding producer of queue %r (%s): depth %d messages / %d bytes, thresholds %s",
+                 status.queue, _why(status), status.depth.count, status.depth.size, status.thresholds)
         delay = min(_FIRST_POLL, config.poll_interval)
         while status.stopped and is_active():
             held = time.monotonic() - started
             if config.policy == "reject-after" and held >= config.reject_timeout:
                 raise QueueFullTimeoutError(status.queue, status.depth, status.thresholds,
-                                            f"flow-stopped, held {held:.1f}s, rejectTimeout {config.reject_timeout:g}s")
+                                            f"{_why(status)}, held {held:.1f}s, rejectTimeout {config.reject_timeout:g}s")
             time.sleep(delay)
             delay = min(delay * 2, status.config.poll_interval)
             status = self.observe()
@@ -128,6 +129,10 @@ class Gate:
             log.info("resuming producer of queue %r after %.1fs: depth %d messages / %d bytes",
                      status.queue, held, status.depth.count, status.depth.size)
         return status, held
+
+
+def _why(status: GateStatus) -> str:
+    return "producers stopped by an operator" if status.config.producers_stopped else "flow-stopped"
 
 
 def _log_transition(queue: str, subscription: str, state: FlowState, depth: Depth, thresholds: Thresholds) -> None:

@@ -12,15 +12,21 @@ from spark_flow.state import Thresholds
 
 @dataclass(frozen=True)
 class Sample:
-    """One look at a queue: seconds since the start, depth in messages, and the flow state."""
+    """One look at a queue: seconds since the start, depth in messages, whether producers were
+    held, and the count thresholds in force then (None: the plot's fixed thresholds)."""
 
     seconds: float
     depth: int
     flow_stopped: bool
+    stop_count: int | None = None
+    resume_count: int | None = None
 
 
-def plot_depth(samples: Sequence[Sample], thresholds: Thresholds, path: str | Path, title: str = "") -> Path:
-    """Draw ``samples`` as a step line with the thresholds and shaded stopped intervals; write a PNG."""
+def plot_depth(samples: Sequence[Sample], thresholds: Thresholds | None, path: str | Path, title: str = "") -> Path:
+    """Draw ``samples`` as a step line with the thresholds and shaded stopped intervals; write a PNG.
+
+    With ``thresholds`` the stop and resume lines are fixed; without, they follow the samples'
+    own thresholds (changed at run time by ``spark-flow set``)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -29,10 +35,15 @@ def plot_depth(samples: Sequence[Sample], thresholds: Thresholds, path: str | Pa
     fig, ax = plt.subplots(figsize=(9, 4.5), dpi=110)
     times = [s.seconds for s in samples]
     ax.step(times, [s.depth for s in samples], where="post", color="tab:blue", label="depth (messages)")
-    if thresholds.stop_count:
-        ax.axhline(thresholds.stop_count, color="tab:red", linestyle="--", label=f"stop {thresholds.stop_count}")
-        ax.axhline(thresholds.resume_count, color="tab:green", linestyle="--",
-                   label=f"resume {thresholds.resume_count}")
+    if thresholds is not None:
+        samples = [Sample(s.seconds, s.depth, s.flow_stopped, thresholds.stop_count, thresholds.resume_count)
+                   for s in samples]
+    if any(s.stop_count for s in samples):
+        for attr, color, name in (("stop_count", "tab:red", "stop"), ("resume_count", "tab:green", "resume")):
+            values = [getattr(s, attr) or None for s in samples]
+            shown = sorted({v for v in values if v})
+            ax.step(times, values, where="post", color=color, linestyle="--",
+                    label=f"{name} {'/'.join(map(str, shown))}")
     start = None
     for sample in samples:
         if sample.flow_stopped and start is None:
@@ -42,7 +53,7 @@ def plot_depth(samples: Sequence[Sample], thresholds: Thresholds, path: str | Pa
             start = None
     if start is not None and times:
         ax.axvspan(start, times[-1], color="tab:red", alpha=0.12, lw=0)
-    ax.plot([], [], color="tab:red", alpha=0.3, linewidth=8, label="producers flow-stopped")
+    ax.plot([], [], color="tab:red", alpha=0.3, linewidth=8, label="producers held")
     ax.set_xlabel("seconds")
     ax.set_ylabel("messages")
     ax.set_title(title or "queue depth and flow control")

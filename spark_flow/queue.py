@@ -18,7 +18,9 @@ from typing import TYPE_CHECKING, Any, Literal
 from spark_flow.config import KEYS, PROPERTY_PREFIX, QPID_ALIASES, FlowConfig, flow_conf, resolve
 from spark_flow.exceptions import ConfigurationError, QueueNotFoundError, SchemaMismatchError, UnknownKeyError
 from spark_flow.history import HistoryTable
+from spark_flow.home import HOME_CONF, Registry
 from spark_flow.ledger import Depth, Ledger
+from spark_flow.overrides import OverrideTable
 from spark_flow.subscriptions import DEFAULT_SUBSCRIPTION, Subscription, SubscriptionTable
 
 if TYPE_CHECKING:
@@ -28,7 +30,6 @@ if TYPE_CHECKING:
 
 QUEUE_NAME = "flow.queueName"
 STATE_LOCATION = "flow.stateLocation"
-HOME_CONF = "spark.flow.home"
 
 Position = Literal["earliest", "latest"] | int
 
@@ -72,6 +73,7 @@ class Queue:
         )
         self.history = HistoryTable(posixpath.join(properties[STATE_LOCATION], "history"), self.name,
                                     self.storage_options)
+        self.overrides = OverrideTable(posixpath.join(properties[STATE_LOCATION], "overrides"), self.storage_options)
 
     def __repr__(self) -> str:
         return f"Queue({self.name!r}, path={self.path!r})"
@@ -84,9 +86,16 @@ class Queue:
         """The queue table's properties as of the last refresh."""
         return dict(self._table.metadata().configuration)
 
+    @property
+    def state_location(self) -> str:
+        """Where the queue's subscriptions, history and run-time settings live."""
+        return self.properties()[STATE_LOCATION]
+
     def config(self, options: Mapping[str, Any] | None = None, conf: Mapping[str, Any] | None = None) -> FlowConfig:
-        """The flow settings in force: ``options`` > table properties > ``conf`` > defaults."""
-        return resolve(self.name, options=options, table_properties=self.properties(), conf=conf)
+        """The flow settings in force: ``options`` > run-time settings (``set``, ``stop-producers``)
+        > table properties > ``conf`` > defaults."""
+        overrides = {PROPERTY_PREFIX + key: value for key, value in self.overrides.settings().items()}
+        return resolve(self.name, options=options, table_properties={**self.properties(), **overrides}, conf=conf)
 
     def schema(self) -> pa.Schema:
         """The messages' schema (the table's columns) as Arrow, with the plain string and binary
@@ -265,6 +274,8 @@ def declare(
     state_location : str, optional
         Where the queue's subscriptions live. Default: ``spark.flow.home``/<queue name> if that
         conf is set, else ``_flow`` inside the table's directory (Delta ignores ``_`` folders).
+        With ``spark.flow.home`` set, the queue is also registered there, for the controller
+        and the ``spark-flow`` CLI.
 
     Returns
     -------
@@ -317,6 +328,8 @@ def declare(
     handle = Queue(location)
     handle.subscriptions.create_table()
     handle.subscriptions.create(DEFAULT_SUBSCRIPTION, -1)
+    if conf.get(HOME_CONF):
+        Registry(normalize_path(conf[HOME_CONF])).register(handle.name, handle.path)
     with _OPEN_LOCK:
         _OPEN.pop(handle.path, None)
     return handle

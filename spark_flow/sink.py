@@ -210,8 +210,9 @@ class QueueSink:
         status = gate.observe()
         if status.config.policy == "ring-strict":
             _refuse_over_max(queue.name, status, Depth(count, total_size))
-        if status.config.policy != "flow" or done > 0:
-            # reject policies refuse before writing; a replay goes on only when there is room.
+        if status.config.policy != "flow" or done > 0 or status.config.producers_stopped:
+            # reject policies refuse before writing; a replay, or a producer an operator stopped,
+            # goes on only when there is room.
             status = self._admit(gate, is_active)
         if done == 0 and count <= _allowed(status):
             self._write(rows, queue.path, app_id, base + count, count, total_size, batch_id)

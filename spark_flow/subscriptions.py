@@ -60,7 +60,7 @@ def _schema() -> pa.Schema:
     )
 
 
-def _retry(action: Callable[[], T]) -> T:
+def retry_commit(action: Callable[[], T]) -> T:
     """Run a Delta commit, retrying when a concurrent commit conflicts with it."""
     from deltalake.exceptions import CommitFailedError
 
@@ -125,7 +125,7 @@ class SubscriptionTable:
     def drop(self, name: str) -> None:
         """Drop a subscription: it no longer counts in the queue's depth."""
         self.get(name)
-        _retry(lambda: self._open().delete(f"name = '{name.replace(chr(39), chr(39) * 2)}'"))
+        retry_commit(lambda: self._open().delete(f"name = '{name.replace(chr(39), chr(39) * 2)}'"))
 
     def acknowledge(self, name: str, position: int, discarded: int = 0) -> bool:
         """Move ``name`` forward to ``position``, never backward; True if it moved.
@@ -165,4 +165,4 @@ class SubscriptionTable:
             merger = self._open().merge(source, predicate="t.name = s.name", source_alias="s", target_alias="t")
             return clauses(merger).execute()
 
-        return _retry(attempt)
+        return retry_commit(attempt)

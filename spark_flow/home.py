@@ -1,0 +1,81 @@
+"""The control plane's location (``spark.flow.home``) and its registry of queues.
+
+Everything several Spark applications share lives under the home, in Delta tables written with
+``deltalake`` (no SparkSession needed, any storage Delta supports)::
+
+    <home>/_spark_flow/queues     registry: queue name -> table location
+    <home>/_spark_flow/commands   operator commands, in commit order
+    <home>/_spark_flow/status     one row per queue and subscription (the controller's output)
+    <home>/_spark_flow/history    samples and transitions over time (for plots)
+    <home>/<queue name>/          a queue's own subscriptions, transitions and run-time settings
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from spark_flow.subscriptions import retry_commit
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+CONTROL_DIR = "_spark_flow"
+HOME_CONF = "spark.flow.home"
+
+
+def control_path(home: str, table: str) -> str:
+    """The location of one of the control plane's tables."""
+    return posixpath.join(home.rstrip("/"), CONTROL_DIR, table)
+
+
+def _schema() -> pa.Schema:
+    import pyarrow as pa
+
+    return pa.schema([
+        pa.field("name", pa.string(), nullable=False),
+        pa.field("path", pa.string(), nullable=False),
+        pa.field("registered_at", pa.timestamp("us", tz="UTC"), nullable=False),
+    ])
+
+
+class Registry:
+    """The queues a home knows: what the controller watches and the CLI lists, by name."""
+
+    def __init__(self, home: str, storage_options: Mapping[str, str] | None = None) -> None:
+        self.location = control_path(home, "queues")
+        self._storage_options = dict(storage_options or {}) or None
+
+    def register(self, name: str, path: str) -> None:
+        """Add queue ``name`` at ``path``, or move the name to ``path``."""
+        import pyarrow as pa
+        from deltalake import DeltaTable, write_deltalake
+
+        row = pa.Table.from_pylist([{"name": name, "path": path, "registered_at": datetime.now(UTC)}],
+                                   schema=_schema())
+        if not DeltaTable.is_deltatable(self.location, storage_options=self._storage_options):
+            try:
+                write_deltalake(self.location, row, mode="error", storage_options=self._storage_options)
+                return
+            except Exception:
+                if not DeltaTable.is_deltatable(self.location, storage_options=self._storage_options):
+                    raise
+
+        def merge() -> None:
+            table = DeltaTable(self.location, storage_options=self._storage_options)
+            (table.merge(row, predicate="t.name = s.name", source_alias="s", target_alias="t")
+             .when_matched_update({"path": "s.path"}, predicate="t.path <> s.path")
+             .when_not_matched_insert_all().execute())
+
+        retry_commit(merge)
+
+    def queues(self) -> dict[str, str]:
+        """Every registered queue: name -> table location."""
+        from deltalake import DeltaTable
+
+        if not DeltaTable.is_deltatable(self.location, storage_options=self._storage_options):
+            return {}
+        rows = DeltaTable(self.location, storage_options=self._storage_options).to_pyarrow_table().to_pylist()
+        return {row["name"]: row["path"] for row in sorted(rows, key=lambda r: r["name"])}

@@ -1,0 +1,90 @@
+"""Settings an operator changed at run time (``set``, ``stop-producers``), per queue.
+
+They live in a small Delta table beside the queue's subscriptions, not in the queue table's
+properties: a metadata commit on the queue table would fail every producer's append that runs
+at the same time (Delta's ``MetadataChangedException``). The controller writes them, in command
+order; gates read them on every look at the queue, as a layer just above the table properties.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from spark_flow.subscriptions import retry_commit
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
+
+def _schema() -> pa.Schema:
+    import pyarrow as pa
+
+    return pa.schema([
+        pa.field("key", pa.string(), nullable=False),
+        pa.field("value", pa.string(), nullable=False),
+        pa.field("command_id", pa.int64(), nullable=False),
+        pa.field("updated_at", pa.timestamp("us", tz="UTC"), nullable=False),
+    ])
+
+
+class OverrideTable:
+    """The run-time settings of one queue, at ``location``, by setting name (``stopCount``)."""
+
+    def __init__(self, location: str, storage_options: Mapping[str, str] | None = None) -> None:
+        self.location = location
+        self._storage_options = dict(storage_options or {}) or None
+        self._table: DeltaTable | None = None
+        self._version = -1
+        self._settings: dict[str, str] = {}
+
+    def _open(self) -> DeltaTable | None:
+        from deltalake import DeltaTable
+
+        if self._table is None:
+            if not DeltaTable.is_deltatable(self.location, storage_options=self._storage_options):
+                return None
+            self._table = DeltaTable(self.location, storage_options=self._storage_options)
+        else:
+            self._table.update_incremental()
+        return self._table
+
+    def settings(self) -> dict[str, str]:
+        """The settings in force, read again only when the table has a new version."""
+        table = self._open()
+        if table is not None and table.version() != self._version:
+            rows = table.to_pyarrow_table(columns=["key", "value"]).to_pylist()
+            self._settings = {row["key"]: row["value"] for row in rows}
+            self._version = table.version()
+        return dict(self._settings)
+
+    def apply(self, settings: Mapping[str, str], command_id: int) -> None:
+        """Set ``settings`` as command ``command_id`` did; an older command never overwrites a newer one,
+        so applying a command again (a replayed controller batch) changes nothing."""
+        import pyarrow as pa
+        from deltalake import DeltaTable, write_deltalake
+
+        now = datetime.now(UTC)
+        rows = pa.Table.from_pylist(
+            [{"key": k, "value": str(v), "command_id": command_id, "updated_at": now} for k, v in settings.items()],
+            schema=_schema(),
+        )
+        if self._open() is None:
+            try:
+                write_deltalake(self.location, rows, mode="error", storage_options=self._storage_options)
+                return
+            except Exception:
+                # Another process created it first: merge into that one.
+                if not DeltaTable.is_deltatable(self.location, storage_options=self._storage_options):
+                    raise
+
+        def merge() -> None:
+            table = self._open()
+            assert table is not None
+            (table.merge(rows, predicate="t.key = s.key", source_alias="s", target_alias="t")
+             .when_matched_update_all(predicate="s.command_id > t.command_id")
+             .when_not_matched_insert_all().execute())
+
+        retry_commit(merge)

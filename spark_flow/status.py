@@ -1,0 +1,344 @@
+"""The status, history and command tables under ``spark.flow.home``, and :class:`FlowAdmin`,
+the operator's API over them (the ``spark-flow`` CLI and notebooks use it).
+
+The status table is the Qpid QMF queue object as a Delta table: one row per queue and
+subscription, upserted by the controller every micro-batch. The history table keeps a sample
+per queue and subscription per controller micro-batch plus every transition and command, for
+plots. Commands are appended by operators and applied by the controller in commit order: the
+commit version is the command's id.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from spark_flow.config import KEYS, PROPERTY_PREFIX, QPID_ALIASES, pattern_matches, resolve
+from spark_flow.exceptions import ConfigurationError, QueueNotFoundError, UnknownKeyError
+from spark_flow.home import Registry, control_path
+from spark_flow.queue import Queue, normalize_path, open_queue
+from spark_flow.subscriptions import DEFAULT_SUBSCRIPTION, Subscription
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow as pa
+
+COMMANDS = ("stop-producers", "start-producers", "set")
+#: Settings an operator cannot ``set``: they have their own command, or are not a queue's.
+NOT_SETTABLE = frozenset({"producersStopped", "home"})
+
+
+def status_schema() -> pa.Schema:
+    import pyarrow as pa
+
+    ts = pa.timestamp("us", tz="UTC")
+    return pa.schema([
+        pa.field("queue", pa.string(), nullable=False),
+        pa.field("subscription", pa.string(), nullable=False),
+        pa.field("depth_count", pa.int64()),
+        pa.field("depth_size", pa.int64()),
+        pa.field("stop_count", pa.int64()),
+        pa.field("resume_count", pa.int64()),
+        pa.field("stop_size", pa.int64()),
+        pa.field("resume_size", pa.int64()),
+        pa.field("flow_stopped", pa.bool_()),
+        pa.field("flow_stopped_count", pa.int64()),
+        pa.field("last_transition", ts),
+        pa.field("oldest_message_age_seconds", pa.float64()),
+        pa.field("consumer_stalled", pa.bool_()),
+        pa.field("producers_stopped", pa.bool_()),
+        pa.field("producers_held", pa.bool_()),
+        pa.field("held_since", ts),
+        pa.field("position", pa.int64()),
+        pa.field("latest", pa.int64()),
+        pa.field("updated_at", ts),
+    ])
+
+
+def history_schema() -> pa.Schema:
+    import pyarrow as pa
+
+    return pa.schema([
+        pa.field("time", pa.timestamp("us", tz="UTC"), nullable=False),
+        pa.field("queue", pa.string(), nullable=False),
+        pa.field("subscription", pa.string(), nullable=False),
+        pa.field("event", pa.string(), nullable=False),
+        pa.field("depth_count", pa.int64()),
+        pa.field("depth_size", pa.int64()),
+        pa.field("stop_count", pa.int64()),
+        pa.field("resume_count", pa.int64()),
+        pa.field("stop_size", pa.int64()),
+        pa.field("resume_size", pa.int64()),
+        pa.field("flow_stopped", pa.bool_()),
+        pa.field("flow_stopped_count", pa.int64()),
+        pa.field("producers_stopped", pa.bool_()),
+        pa.field("detail", pa.string()),
+    ])
+
+
+def _commands_schema() -> pa.Schema:
+    import pyarrow as pa
+
+    return pa.schema([
+        pa.field("command", pa.string(), nullable=False),
+        pa.field("target", pa.string(), nullable=False),
+        pa.field("settings", pa.string(), nullable=False),
+        pa.field("issued_at", pa.timestamp("us", tz="UTC"), nullable=False),
+        pa.field("token", pa.string(), nullable=False),
+    ])
+
+
+@dataclass(frozen=True)
+class Command:
+    """One operator command: ``id`` is the commands table's commit version (the order applied)."""
+
+    id: int
+    command: str
+    target: str
+    settings: Mapping[str, str]
+    issued_at: datetime
+
+
+ALL_QUEUES = ">"
+
+
+class CommandLog:
+    """The commands table: appended by operators, read in order by the controller."""
+
+    def __init__(self, home: str, storage_options: Mapping[str, str] | None = None) -> None:
+        self.location = control_path(home, "commands")
+        self._storage_options = dict(storage_options or {}) or None
+
+    def append(self, command: str, target: str, settings: Mapping[str, str] | None = None) -> int:
+        """Append one command as its own commit; return its id (that commit's version)."""
+        import pyarrow as pa
+        from deltalake import CommitProperties, DeltaTable, write_deltalake
+
+        token = uuid.uuid4().hex
+        row = {"command": command, "target": target, "settings": json.dumps(dict(settings or {})),
+               "issued_at": datetime.now(UTC), "token": token}
+        write_deltalake(self.location, pa.Table.from_pylist([row], schema=_commands_schema()), mode="append",
+                        configuration={"delta.enableChangeDataFeed": "true"},
+                        commit_properties=CommitProperties(custom_metadata={"spark.flow.command": token}),
+                        storage_options=self._storage_options)
+        for info in DeltaTable(self.location, storage_options=self._storage_options).history(50):
+            if info.get("spark.flow.command") == token:
+                return int(info["version"])
+        raise RuntimeError(f"command {token} was written but not found in the last 50 commits of {self.location}")
+
+    def latest(self) -> int:
+        """The id of the newest command, -1 if there is none."""
+        from deltalake import DeltaTable
+
+        if not DeltaTable.is_deltatable(self.location, storage_options=self._storage_options):
+            return -1
+        return DeltaTable(self.location, storage_options=self._storage_options).version()
+
+    def read(self, after: int = -1, upto: int | None = None) -> list[Command]:
+        """The commands with ``after < id <= upto``, in order."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        from deltalake import DeltaTable
+
+        upto = self.latest() if upto is None else upto
+        if upto <= after:
+            return []
+        table = DeltaTable(self.location, storage_options=self._storage_options)
+        changes = pa.table(table.load_cdf(starting_version=after + 1, ending_version=upto))
+        changes = changes.select(["command", "target", "settings", "issued_at", "_change_type", "_commit_version"])
+        changes = changes.cast(pa.schema([f.with_type(pa.string()) if pa.types.is_string_view(f.type) else f
+                                          for f in changes.schema]))
+        changes = changes.filter(pc.equal(changes["_change_type"], "insert"))
+        rows = sorted(changes.to_pylist(), key=lambda r: r["_commit_version"])
+        return [Command(int(r["_commit_version"]), r["command"], r["target"], json.loads(r["settings"]),
+                        r["issued_at"]) for r in rows]
+
+
+class FlowAdmin:
+    """The operator's view of a home: queues, status, history, and commands to the controller.
+
+    Parameters
+    ----------
+    home : str
+        The control plane's location (``spark.flow.home``).
+    storage_options : mapping, optional
+        deltalake storage options (object store credentials).
+
+    Examples
+    --------
+    >>> admin = FlowAdmin("/data/flow")
+    >>> admin.status()                            # a pandas DataFrame, one row per queue/subscription
+    >>> admin.stop_producers("events")            # hold every producer of queue events
+    >>> admin.set("events", stopCount=900, resumeCount=500)
+    >>> admin.plot("events", "/tmp/events.png")
+    """
+
+    def __init__(self, home: str, storage_options: Mapping[str, str] | None = None) -> None:
+        self.home = normalize_path(home)
+        self.storage_options = dict(storage_options or {})
+        self.registry = Registry(self.home, self.storage_options)
+        self.commands = CommandLog(self.home, self.storage_options)
+
+    def queues(self) -> dict[str, str]:
+        """The registered queues: name -> table location."""
+        return self.registry.queues()
+
+    def register(self, path: str) -> Queue:
+        """Register the queue declared at ``path`` (queues declared with ``spark.flow.home`` set
+        are registered already)."""
+        queue = Queue(path, self.storage_options)
+        self.registry.register(queue.name, queue.path)
+        return queue
+
+    def queue(self, name: str) -> Queue:
+        """The handle of registered queue ``name``."""
+        queues = self.queues()
+        if name not in queues:
+            raise QueueNotFoundError(name, f"not registered in {self.home}: allowed is one of "
+                                           f"{', '.join(map(repr, queues)) or 'none (declare one)'}")
+        return open_queue(queues[name], self.storage_options)
+
+    def matching(self, target: str) -> list[str]:
+        """The registered queues a target names: a queue name or an ActiveMQ-style pattern
+        (``*`` one segment, a trailing ``>`` the rest; ``>`` alone is every queue)."""
+        queues = self.queues()
+        names = [name for name in queues if name == target or pattern_matches(target, name)]
+        if not names:
+            raise QueueNotFoundError(target, "no registered queue matches: allowed is a queue name or pattern "
+                                             f"matching one of {', '.join(map(repr, queues)) or 'none'}")
+        return names
+
+    def subscriptions(self, queue: str) -> list[Subscription]:
+        """The subscriptions of ``queue``: positions and flow state."""
+        return self.queue(queue).subscriptions.list()
+
+    def stop_producers(self, target: str = ALL_QUEUES) -> int:
+        """Hold every producer of the queues ``target`` names, whatever their depth; returns the
+        command id. The controller applies it; gates obey it from their next look."""
+        self.matching(target)
+        return self.commands.append("stop-producers", target)
+
+    def start_producers(self, target: str = ALL_QUEUES) -> int:
+        """Undo :meth:`stop_producers`; the queues' thresholds decide again."""
+        self.matching(target)
+        return self.commands.append("start-producers", target)
+
+    def set(self, target: str, settings: Mapping[str, Any] | None = None, **more: Any) -> int:
+        """Change settings (``stopCount=900``, ``resumeSize="8m"``, ``policy="reject"``) of the
+        queues ``target`` names at run time; returns the command id. Every value is checked
+        against each queue's other settings before the command is written."""
+        wanted = {**dict(settings or {}), **more}
+        if not wanted:
+            raise ConfigurationError("settings", wanted, "at least one setting, e.g. stopCount=900")
+        names = {key: _setting_name(key, value) for key, value in wanted.items()}
+        values = {names[key]: str(value) for key, value in wanted.items()}
+        for name in self.matching(target):
+            queue = self.queue(name)
+            overrides = {PROPERTY_PREFIX + k: v for k, v in queue.overrides.settings().items()}
+            resolve(name, table_properties={**queue.properties(), **overrides,
+                                            **{PROPERTY_PREFIX + k: v for k, v in values.items()}})
+        return self.commands.append("set", target, values)
+
+    def status(self, target: str | None = None) -> pd.DataFrame:
+        """The status table (as the controller last wrote it), optionally for the queues ``target`` names."""
+        import pandas as pd
+
+        rows = _read(control_path(self.home, "status"), self.storage_options)
+        frame = pd.DataFrame(rows, columns=status_schema().names)
+        if target is not None:
+            names = self.matching(target)
+            frame = frame[frame["queue"].isin(names)]
+        return frame.sort_values(["queue", "subscription"]).reset_index(drop=True)
+
+    def history(self, queue: str, subscription: str = DEFAULT_SUBSCRIPTION) -> list[dict[str, Any]]:
+        """The controller's samples and events for one subscription, oldest first."""
+        self.queue(queue)
+        rows = _read(control_path(self.home, "history"), self.storage_options)
+        mine = [r for r in rows if r["queue"] == queue and r["subscription"] in (subscription, "")]
+        return sorted(mine, key=lambda r: r["time"])
+
+    def plot(self, queue: str, path: str | Path, subscription: str = DEFAULT_SUBSCRIPTION) -> Path:
+        """A PNG of the subscription's depth against its thresholds over time, stopped intervals shaded."""
+        from spark_flow.plot import Sample, plot_depth
+
+        samples = [r for r in self.history(queue, subscription) if r["event"] == "sample"]
+        if not samples:
+            raise QueueNotFoundError(queue, f"the history in {self.home} has no samples of subscription "
+                                            f"{subscription!r} yet: is the controller running?")
+        start = samples[0]["time"]
+        points = [Sample((r["time"] - start).total_seconds(), r["depth_count"],
+                         bool(r["flow_stopped"] or r["producers_stopped"]), r["stop_count"], r["resume_count"])
+                  for r in samples]
+        return plot_depth(points, None, path, title=f"queue {queue!r}, subscription {subscription!r}")
+
+
+def _setting_name(key: str, value: Any) -> str:
+    """The setting a ``set`` key names (``stopCount``, ``flow.stopCount``, ``qpid.flow_stop_count``)."""
+    name = QPID_ALIASES.get(key) or (key[len(PROPERTY_PREFIX):] if key.startswith(PROPERTY_PREFIX) else key)
+    if name not in KEYS or name in NOT_SETTABLE:
+        import difflib
+
+        allowed = [k for k in KEYS if k not in NOT_SETTABLE]
+        closest = difflib.get_close_matches(name, allowed, n=1)
+        raise UnknownKeyError(key, value, closest[0] if closest else None)
+    return name
+
+
+def _read(location: str, storage_options: Mapping[str, str]) -> list[dict[str, Any]]:
+    from deltalake import DeltaTable
+
+    options = dict(storage_options) or None
+    if not DeltaTable.is_deltatable(location, storage_options=options):
+        return []
+    return DeltaTable(location, storage_options=options).to_pyarrow_table().to_pylist()
+
+
+def write_status(home: str, rows: Sequence[Mapping[str, Any]], gone: Sequence[tuple[str, str]],
+                 storage_options: Mapping[str, str] | None = None) -> None:
+    """Upsert status rows by (queue, subscription) and delete the rows of subscriptions that are gone."""
+    import pyarrow as pa
+    from deltalake import DeltaTable, write_deltalake
+
+    from spark_flow.subscriptions import retry_commit
+
+    location, options = control_path(home, "status"), dict(storage_options or {}) or None
+    data = pa.Table.from_pylist(list(rows), schema=status_schema())
+    if not DeltaTable.is_deltatable(location, storage_options=options):
+        write_deltalake(location, data, mode="append", storage_options=options)
+    elif rows:
+        retry_commit(lambda: DeltaTable(location, storage_options=options)
+                     .merge(data, predicate="t.queue = s.queue AND t.subscription = s.subscription",
+                            source_alias="s", target_alias="t")
+                     .when_matched_update_all().when_not_matched_insert_all().execute())
+    for queue, subscription in gone:
+        predicate = f"queue = {_sql(queue)} AND subscription = {_sql(subscription)}"
+        retry_commit(lambda p=predicate: DeltaTable(location, storage_options=options).delete(p))
+
+
+def append_history(home: str, rows: Sequence[Mapping[str, Any]], app_id: str, version: int,
+                   storage_options: Mapping[str, str] | None = None) -> bool:
+    """Append history rows once per (``app_id``, ``version``): a replayed controller batch
+    finds its transaction in the table's log and writes nothing. True if it wrote."""
+    import pyarrow as pa
+    from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+
+    location, options = control_path(home, "history"), dict(storage_options or {}) or None
+    if DeltaTable.is_deltatable(location, storage_options=options):
+        done = DeltaTable(location, storage_options=options).transaction_version(app_id)
+        if done is not None and done >= version:
+            return False
+    if not rows:
+        return False
+    write_deltalake(location, pa.Table.from_pylist(list(rows), schema=history_schema()), mode="append",
+                    commit_properties=CommitProperties(app_transactions=[Transaction(app_id, version)]),
+                    storage_options=options)
+    return True
+
+
+def _sql(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"

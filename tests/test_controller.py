@@ -1,0 +1,257 @@
+"""The flow controller: its pure step, then the streaming query on real queues (restart from the
+checkpoint, operator commands, stalled consumers, status and history tables)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+from streams import is_held, start_producer, wait_until
+
+from spark_flow.controller import ControllerState, start_controller, step
+from spark_flow.exceptions import ConfigurationError, QueueNotFoundError, UnknownKeyError
+from spark_flow.queue import Queue, declare
+from spark_flow.status import FlowAdmin
+
+SCHEMA = "id BIGINT, body STRING"
+
+
+def observation(**values: object) -> dict[str, object]:
+    """An observation of subscription ``default`` of queue ``q`` (stop 5, resume 2)."""
+    base: dict[str, object] = {
+        "queue": "q", "path": "/q", "subscription": "default", "observed_at": 10_000, "position": 0, "latest": 3,
+        "depth_count": 0, "depth_size": 0, "oldest_enqueue": None, "stop_count": 5, "resume_count": 2,
+        "stop_size": 0, "resume_size": 0, "producers_stopped": False, "stall_timeout": 0.0,
+        "stalled_policy": "flag", "recorded_stopped": False, "recorded_count": 0, "recorded_transition": None,
+    }
+    return {**base, **values}
+
+
+def events(rows: list[dict[str, object]]) -> list[tuple[object, object]]:
+    return [(r["event"], r["detail"]) for r in rows if r["kind"] == "event"]
+
+
+class TestStep:
+    def test_depth_above_stop_turns_flow_on_and_counts_it(self) -> None:
+        state, rows = step(ControllerState(), observation(depth_count=6))
+        assert (state.flow_stopped, state.flow_stopped_count) == (True, 1)
+        assert rows[0]["kind"] == "status" and rows[0]["flow_stopped"] and rows[0]["last_transition"] == 10_000
+        assert events(rows) == [("stopped", "controller")]
+
+    def test_between_resume_and_stop_nothing_changes(self) -> None:
+        state, rows = step(ControllerState(True, 1), observation(depth_count=3, recorded_stopped=True,
+                                                                   recorded_count=1, recorded_transition=5))
+        assert (state.flow_stopped, state.flow_stopped_count) == (True, 1)
+        assert events(rows) == [] and rows[0]["last_transition"] == 5
+
+    def test_gate_recorded_transitions_are_adopted_not_counted_again(self) -> None:
+        """A restarted controller (state one batch behind) sees the stop it or a gate recorded."""
+        state, rows = step(ControllerState(False, 4), observation(depth_count=6, recorded_stopped=True,
+                                                                   recorded_count=5))
+        assert (state.flow_stopped, state.flow_stopped_count) == (True, 5)
+        assert events(rows) == [("stopped", "recorded by a gate")]
+        state, rows = step(ControllerState(False, 4), observation(depth_count=1, recorded_count=5))
+        assert events(rows) == [("stopped", "recorded by a gate"), ("resumed", "recorded by a gate")]
+
+    def test_manual_stop_holds_without_flow_stopped_and_keeps_held_since(self) -> None:
+        state, rows = step(ControllerState(), observation(producers_stopped=True))
+        assert not state.flow_stopped and state.held_since == 10_000
+        assert rows[0]["producers_stopped"] and rows[0]["held_since"] == 10_000
+        state, rows = step(state, observation(producers_stopped=True, observed_at=12_000))
+        assert rows[0]["held_since"] == 10_000
+        state, rows = step(state, observation(observed_at=13_000))
+        assert rows[0]["held_since"] is None
+
+    def test_no_ack_progress_for_stall_timeout_flags_then_recovers(self) -> None:
+        state, _ = step(None, observation(depth_count=3, stall_timeout=2.0))
+        state, rows = step(state, observation(depth_count=3, stall_timeout=2.0, observed_at=11_000))
+        assert not rows[0]["stalled"]
+        state, rows = step(state, observation(depth_count=3, stall_timeout=2.0, observed_at=12_500))
+        assert rows[0]["stalled"] and events(rows)[0][0] == "stalled"
+        state, rows = step(state, observation(depth_count=1, stall_timeout=2.0, observed_at=13_000, position=2))
+        assert not rows[0]["stalled"] and events(rows) == [("recovered", "acks again")]
+
+    def test_stalled_with_skip_policy_is_evicted(self) -> None:
+        state, _ = step(None, observation(depth_count=3, stall_timeout=1.0, stalled_policy="skip"))
+        state, rows = step(state, observation(depth_count=3, stall_timeout=1.0, stalled_policy="skip",
+                                              observed_at=11_000))
+        assert rows[0]["event"] == "evict" and [e for e, _ in events(rows)] == ["stalled", "evicted"]
+        assert not state.stalled
+
+    def test_an_empty_subscription_is_never_stalled(self) -> None:
+        state, _ = step(None, observation(stall_timeout=1.0))
+        _, rows = step(state, observation(stall_timeout=1.0, observed_at=60_000))
+        assert not rows[0]["stalled"]
+
+
+def append_plain(spark: SparkSession, path: str, start: int, count: int) -> None:
+    """Enqueue with a plain Delta write: no gate looks, so only the controller steps the machine."""
+    spark.range(start, start + count).selectExpr("id", "'m' AS body").write.format("delta").mode("append").save(path)
+
+
+def status_of(admin: FlowAdmin, queue: str, subscription: str = "default") -> dict[str, object]:
+    frame = admin.status()
+    rows = frame[(frame["queue"] == queue) & (frame["subscription"] == subscription)].to_dict("records")
+    return rows[0] if rows else {}
+
+
+@pytest.mark.e2e
+def test_restart_from_checkpoint_keeps_flow_state_and_count_exact(spark: SparkSession, tmp_path: Path) -> None:
+    home, path = str(tmp_path / "home"), str(tmp_path / "q")
+    queue = declare(spark, path, SCHEMA, settings={"stopCount": 5, "resumeCount": 2})
+    admin = FlowAdmin(home)
+    admin.register(path)
+    checkpoint = str(tmp_path / "controller")
+    controller = start_controller(spark, home, checkpoint_location=checkpoint, trigger="200 milliseconds")
+    try:
+        append_plain(spark, path, 0, 10)
+        wait_until(lambda: status_of(admin, "q").get("flow_stopped_count") == 1, 60)
+        assert queue.subscriptions.get("default").flow_stopped
+        controller.stop()  # mid-stream: the next trigger was due
+
+        queue.acknowledge("default", queue.refresh())  # drained while the controller is down
+        controller = start_controller(spark, home, checkpoint_location=checkpoint, trigger="200 milliseconds")
+        wait_until(lambda: status_of(admin, "q").get("flow_stopped") is False, 60)
+        append_plain(spark, path, 10, 10)
+        wait_until(lambda: status_of(admin, "q").get("flow_stopped_count") == 2, 60)
+        controller.stop()
+        controller = start_controller(spark, home, checkpoint_location=checkpoint, trigger="200 milliseconds")
+        wait_until(lambda: controller.lastProgress is not None and controller.lastProgress["batchId"] > 0, 60)
+    finally:
+        controller.stop()
+
+    status = status_of(admin, "q")
+    assert (status["flow_stopped"], status["flow_stopped_count"], status["depth_count"]) == (True, 2, 10)
+    sub = queue.subscriptions.get("default")
+    assert (sub.flow_stopped, sub.flow_stopped_count) == (True, 2)
+    transitions = [(r["event"], r["flow_stopped_count"]) for r in admin.history("q") if r["event"] != "sample"]
+    assert transitions == [("stopped", 1), ("resumed", 1), ("stopped", 2)]
+    assert [r["flow_stopped_count"] for r in queue.history.read()] == [1, 1, 2]
+
+
+@pytest.fixture(scope="module")
+def controlled(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[FlowAdmin, Path]]:
+    """A home with a running controller, shared by the tests below (each declares its own queue)."""
+    base = tmp_path_factory.mktemp("controlled")
+    controller = start_controller(spark, str(base / "home"), trigger="300 milliseconds", forget_after="3s")
+    yield FlowAdmin(str(base / "home")), base
+    controller.stop()
+
+
+def declare_registered(spark: SparkSession, admin: FlowAdmin, path: Path, schema: str = SCHEMA,
+                       **settings: object) -> Queue:
+    queue = declare(spark, str(path), schema, settings=settings)
+    admin.register(str(path))
+    return queue
+
+
+@pytest.mark.e2e
+def test_manual_stop_holds_a_producer_with_an_empty_queue_and_start_releases_it(
+        spark: SparkSession, controlled: tuple[FlowAdmin, Path]) -> None:
+    admin, base = controlled
+    path = base / "manual"
+    queue = declare_registered(spark, admin, path, "id BIGINT, producer STRING", stopCount=1000)
+    producer, _ = start_producer(spark, str(path), base / "manual_producer", "p", 20)
+    try:
+        wait_until(lambda: queue.refresh() > 1, 60)
+        admin.stop_producers("manual")
+        wait_until(lambda: is_held(producer), 60)
+        held_at = queue.refresh()
+        time.sleep(3)
+        assert is_held(producer) and queue.refresh() == held_at, "a stopped producer writes nothing"
+        assert queue.depths()["default"].count < 1000
+        wait_until(lambda: status_of(admin, "manual").get("producers_held") is True, 60)
+        status = status_of(admin, "manual")
+        assert status["producers_stopped"] and status["producers_held"] and not status["flow_stopped"]
+        assert status["held_since"] is not None
+
+        admin.start_producers("manual")
+        wait_until(lambda: queue.refresh() > held_at + 1, 60)
+        wait_until(lambda: status_of(admin, "manual").get("producers_held") is False, 30)
+    finally:
+        producer.stop()
+    events = [r["event"] for r in admin.history("manual") if r["event"] != "sample"]
+    assert events == ["command", "command"]
+
+
+@pytest.mark.e2e
+def test_set_changes_thresholds_at_run_time_through_the_controller(
+        spark: SparkSession, controlled: tuple[FlowAdmin, Path]) -> None:
+    admin, base = controlled
+    queue = declare_registered(spark, admin, base / "tuned", stopCount=100, resumeCount=50)
+    append_plain(spark, str(base / "tuned"), 0, 30)
+    wait_until(lambda: status_of(admin, "tuned").get("depth_count") == 30, 60)
+    assert not status_of(admin, "tuned")["flow_stopped"]
+    admin.set("tuned", stopCount=20, resumeCount="10")
+    wait_until(lambda: status_of(admin, "tuned").get("flow_stopped") is True, 60)
+    status = status_of(admin, "tuned")
+    assert (status["stop_count"], status["resume_count"], status["flow_stopped_count"]) == (20, 10, 1)
+    assert queue.config().thresholds.stop_count == 20
+    assert queue.properties()["flow.stopCount"] == "100", "the queue table itself is not altered"
+
+
+@pytest.mark.e2e
+def test_stalled_subscription_is_flagged_and_skip_evicts_it(
+        spark: SparkSession, controlled: tuple[FlowAdmin, Path]) -> None:
+    admin, base = controlled
+    queue = declare_registered(spark, admin, base / "stall", stallTimeout="1s")
+    queue.create_subscription("slow")
+    append_plain(spark, str(base / "stall"), 0, 5)
+    wait_until(lambda: status_of(admin, "stall", "slow").get("consumer_stalled") is True, 60)
+    assert status_of(admin, "stall", "slow")["oldest_message_age_seconds"] >= 1.0
+    admin.set("stall", stalledConsumerPolicy="skip")
+    wait_until(lambda: queue.subscriptions.get("slow").position == queue.refresh(), 60)
+    assert queue.subscriptions.get("slow").discarded_count == 5
+    wait_until(lambda: status_of(admin, "stall", "slow").get("depth_count") == 0, 60)
+    assert not status_of(admin, "stall", "slow")["consumer_stalled"]
+
+
+@pytest.mark.e2e
+def test_a_dropped_subscription_leaves_the_status_table(
+        spark: SparkSession, controlled: tuple[FlowAdmin, Path]) -> None:
+    admin, base = controlled
+    queue = declare_registered(spark, admin, base / "dropping")
+    queue.create_subscription("temp")
+    wait_until(lambda: bool(status_of(admin, "dropping", "temp")), 60)
+    queue.drop_subscription("temp")
+    wait_until(lambda: not status_of(admin, "dropping", "temp"), 60)
+    assert status_of(admin, "dropping", "default")
+
+
+class TestBadCommands:
+    """Commands for unknown queues and malformed settings fail before anything is written."""
+
+    @pytest.fixture
+    def admin(self, spark: SparkSession, tmp_path: Path) -> FlowAdmin:
+        admin = FlowAdmin(str(tmp_path / "home"))
+        declare_registered(spark, admin, tmp_path / "orders.eu", stopCount=5, resumeCount=2)
+        return admin
+
+    @pytest.mark.parametrize(("call", "error", "match"), [
+        (lambda a: a.stop_producers("nope"), QueueNotFoundError, "'nope'.*no registered queue matches.*'orders.eu'"),
+        (lambda a: a.start_producers("*.us"), QueueNotFoundError, "'\\*.us'.*no registered queue matches"),
+        (lambda a: a.set("nope", stopCount=3), QueueNotFoundError, "'nope'"),
+        (lambda a: a.set("orders.eu", stopCount="abc"), ConfigurationError, "flow.stopCount='abc'.*whole number"),
+        (lambda a: a.set("orders.eu", resumeCount=9), ConfigurationError, "flow.resumeCount='9'.*<= flow.stopCount=5"),
+        (lambda a: a.set("orders.eu", stopCont=3), UnknownKeyError, "stopCont.*Did you mean 'stopCount'"),
+        (lambda a: a.set("orders.eu", producersStopped="true"), UnknownKeyError, "producersStopped"),
+        (lambda a: a.set("orders.eu", policy="drop"), ConfigurationError, "flow.policy='drop'.*one of flow, reject"),
+        (lambda a: a.set("orders.eu"), ConfigurationError, "at least one setting"),
+    ], ids=["stop-unknown", "start-pattern-unmatched", "set-unknown", "set-not-a-number", "set-resume-above-stop",
+            "set-unknown-key", "set-manual-stop-key", "set-bad-policy", "set-nothing"])
+    def test_refused_and_nothing_written(self, admin: FlowAdmin, call: object, error: type, match: str) -> None:
+        before = admin.commands.latest()
+        with pytest.raises(error, match=match):
+            call(admin)  # type: ignore[operator]
+        assert admin.commands.latest() == before
+        assert admin.queue("orders.eu").overrides.settings() == {}
+
+    def test_patterns_and_all_match_registered_queues(self, admin: FlowAdmin) -> None:
+        assert admin.matching("orders.*") == ["orders.eu"] == admin.matching(">")
+        first = admin.stop_producers("orders.>")
+        assert admin.start_producers() == first + 1
+        assert [(c.id, c.command, c.target) for c in admin.commands.read()] == [
+            (first, "stop-producers", "orders.>"), (first + 1, "start-producers", ">")]
