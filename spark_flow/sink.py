@@ -41,6 +41,9 @@ log = logging.getLogger("spark_flow.sink")
 TXN_SPAN = 2**32
 _ROW = "__spark_flow_row"
 
+#: The sink of each streaming query in this process, by query id, for query listeners.
+SINKS: dict[str, QueueSink] = {}
+
 
 @dataclass(frozen=True)
 class BatchReport:
@@ -157,6 +160,8 @@ class QueueSink:
         spark = batch.sparkSession
         conf = {**flow_conf(spark.conf.getAll), **self.conf}
         query_id = spark.sparkContext.getLocalProperty("sql.streaming.queryId")
+        if query_id:
+            SINKS[query_id] = self
         app_id = self.app_id or (f"spark-flow/{query_id}" if query_id else None)
         if app_id is None:
             raise ConfigurationError("app_id", None, "a stable id for batches written outside a streaming query")

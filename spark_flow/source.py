@@ -1,7 +1,8 @@
 """The ``flowqueue`` streaming source: a subscription's messages, read in enqueue order.
 
-Offsets are queue (Delta commit) versions: ``{"version": v}`` means every message up to version
-``v``. Acknowledging moves the subscription's position in ``commit(end)`` and also in
+Offsets are queue (Delta commit) versions: ``{"version": v, "queue": path, "subscription": name}``
+means every message up to version ``v`` (queue and subscription are named in the offset, as
+Kafka's offsets name their topics, so query progress says what a consumer reads). Acknowledging moves the subscription's position in ``commit(end)`` and also in
 ``latestOffset(start, ...)``: Spark commits a batch to its source only when the next batch
 starts, and when ``latestOffset`` is called with ``start``, every batch up to ``start`` is
 complete (SPARK-NOTES 4). Without that, the last batch would stay unacknowledged and a held
@@ -139,8 +140,11 @@ class FlowQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             return queue.create_subscription(name, self.settings.starting_position)
         return queue.subscriptions.get(name)
 
+    def _offset(self, version: int) -> dict:
+        return {"version": version, "queue": self.settings.queue, "subscription": self.settings.subscription}
+
     def initialOffset(self) -> dict:
-        return {"version": self._subscription().position}
+        return self._offset(self._subscription().position)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.settings.max_records is not None:
@@ -162,13 +166,13 @@ class FlowQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         if latest <= after or self._downstream_stopped():
             return start
         if not isinstance(limit, ReadMaxRows):
-            return {"version": latest}
+            return self._offset(latest)
         end, admitted = after, 0
         for commit in queue.ledger.commits(after, latest):
             if admitted and admitted + commit.count > limit.max_rows:
                 break
             end, admitted = commit.version, admitted + commit.count
-        return {"version": max(end, start["version"])}
+        return self._offset(max(end, start["version"]))
 
     def _downstream_stopped(self) -> bool:
         """Whether a downstream queue is flow-stopped. Gates are made per call: the reader is
@@ -178,7 +182,7 @@ class FlowQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                    for path in settings.downstream)
 
     def reportLatestOffset(self) -> dict:
-        return {"version": self._queue.refresh()}
+        return self._offset(self._queue.refresh())
 
     def partitions(self, start: dict, end: dict) -> list[VersionRange]:
         position = self._queue.subscriptions.get(self.settings.subscription).position
