@@ -130,6 +130,8 @@ def test_restart_from_checkpoint_keeps_flow_state_and_count_exact(spark: SparkSe
     transitions = [(r["event"], r["flow_stopped_count"]) for r in admin.history("q") if r["event"] != "sample"]
     assert transitions == [("stopped", 1), ("resumed", 1), ("stopped", 2)]
     assert [r["flow_stopped_count"] for r in queue.history.read()] == [1, 1, 2]
+    chart = admin.plot("q", tmp_path / "q.png")
+    assert chart.read_bytes()[:4] == b"\x89PNG"
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,158 @@
+"""``spark-flow``: the operator's command line over a home (``--home`` or ``$SPARK_FLOW_HOME``).
+
+Only ``declare`` starts Spark; the other commands read and append the home's Delta tables with
+``deltalake``, so they answer in a second. Commands that change something (``set``,
+``stop-producers``, ``start-producers``) are checked, appended to the commands table and applied
+by the controller in order.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from spark_flow.exceptions import ConfigurationError, SparkFlowError
+from spark_flow.home import HOME_CONF
+from spark_flow.status import ALL_QUEUES, FlowAdmin
+
+HOME_ENV = "SPARK_FLOW_HOME"
+
+STATUS_COLUMNS = (
+    ("queue", "queue"), ("subscription", "subscription"), ("depth_count", "depth"), ("depth_size", "bytes"),
+    ("stop_count", "stop"), ("resume_count", "resume"), ("stop_size", "stopSize"), ("resume_size", "resumeSize"),
+    ("flow_stopped", "flowStopped"), ("flow_stopped_count", "flowStoppedCount"),
+    ("producers_held", "held"), ("held_since", "heldSince"), ("consumer_stalled", "stalled"),
+    ("oldest_message_age_seconds", "oldestAge(s)"), ("last_transition", "lastTransition"),
+)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="spark-flow", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="examples:\n"
+               "  spark-flow --home /data/flow status\n"
+               "  spark-flow declare /data/queues/events --schema 'id BIGINT, body STRING' --set stopCount=900\n"
+               "  spark-flow set events stopCount=900 resumeCount=500\n"
+               "  spark-flow stop-producers 'events.>'      # a pattern; no target: every queue\n"
+               "  spark-flow plot events --out events.png")
+    parser.add_argument("--home", default=os.environ.get(HOME_ENV),
+                        help=f"the control plane's location ({HOME_CONF}); default ${HOME_ENV}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="command")
+
+    status = commands.add_parser("status", help="depth, thresholds and flow state of every queue and subscription")
+    status.add_argument("target", nargs="?", help="a queue name or pattern (default: all)")
+
+    declare = commands.add_parser("declare", help="create a queue (a Delta table) and register it (starts Spark)")
+    declare.add_argument("queue", help="a path or a catalog table name")
+    declare.add_argument("--schema", help="the messages' columns as DDL, e.g. 'id BIGINT, body STRING'")
+    declare.add_argument("--set", dest="settings", nargs="*", default=[], metavar="KEY=VALUE",
+                         help="limits and policy stored as flow.* table properties (stopCount=900 maxSize=1g)")
+
+    set_ = commands.add_parser("set", help="change settings of queues at run time (applied by the controller)")
+    set_.add_argument("target", help="a queue name or pattern")
+    set_.add_argument("settings", nargs="+", metavar="KEY=VALUE", help="stopCount=900 resumeSize=8m policy=reject")
+
+    for name, what in (("stop-producers", "hold every producer of the queues, whatever their depth"),
+                       ("start-producers", "undo stop-producers: the thresholds decide again")):
+        command = commands.add_parser(name, help=what)
+        command.add_argument("target", nargs="?", default=ALL_QUEUES, help="a queue name or pattern (default: all)")
+
+    subscriptions = commands.add_parser("subscriptions", help="a queue's subscriptions: ack positions, flow state")
+    subscriptions.add_argument("queue")
+
+    commands.add_parser("commands", help="the operator commands issued so far, in the order applied")
+
+    plot = commands.add_parser("plot", help="PNG of depth against the thresholds over time, stopped intervals shaded")
+    plot.add_argument("queue")
+    plot.add_argument("--subscription", default="default")
+    plot.add_argument("--out", help="the PNG to write (default: <queue>-depth.png)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; errors print one line naming what was wrong and return 2."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        if not args.home:
+            raise ConfigurationError("--home", None, f"the control plane's location, or set ${HOME_ENV}")
+        _run(FlowAdmin(args.home), args)
+    except SparkFlowError as error:
+        print(f"spark-flow {args.command}: error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _run(admin: FlowAdmin, args: argparse.Namespace) -> None:
+    if args.command == "status":
+        _print_table(admin.status(args.target).to_dict("records"), STATUS_COLUMNS)
+    elif args.command == "declare":
+        _declare(admin, args.queue, args.schema, _pairs(args.settings))
+    elif args.command == "set":
+        command = admin.set(args.target, _pairs(args.settings))
+        print(f"command {command}: set {' '.join(args.settings)} on {args.target!r}, applied by the controller")
+    elif args.command in ("stop-producers", "start-producers"):
+        call = admin.stop_producers if args.command == "stop-producers" else admin.start_producers
+        print(f"command {call(args.target)}: {args.command} {args.target!r}, applied by the controller")
+    elif args.command == "subscriptions":
+        rows = [sub.__dict__ for sub in admin.subscriptions(args.queue)]
+        _print_table(rows, [(k, k) for k in ("name", "position", "flow_stopped", "flow_stopped_count",
+                                              "last_transition", "discarded_count", "updated_at")])
+    elif args.command == "commands":
+        rows = [{**c.__dict__, "settings": " ".join(f"{k}={v}" for k, v in c.settings.items())}
+                for c in admin.commands.read()]
+        _print_table(rows, [(k, k) for k in ("id", "command", "target", "settings", "issued_at")])
+    elif args.command == "plot":
+        print(admin.plot(args.queue, args.out or f"{args.queue}-depth.png", args.subscription))
+
+
+def _declare(admin: FlowAdmin, queue: str, schema: str | None, settings: dict[str, str]) -> None:
+    from spark_flow.queue import declare
+    from spark_flow.session import get_spark
+
+    spark = get_spark({HOME_CONF: admin.home})
+    handle = declare(spark, queue, schema, settings=settings)
+    admin.registry.register(handle.name, handle.path)
+    print(f"queue {handle.name!r} at {handle.path}: {handle.config().thresholds}")
+
+
+def _pairs(items: Sequence[str]) -> dict[str, str]:
+    pairs = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigurationError("KEY=VALUE", item, "a setting and its value joined by '=', e.g. stopCount=900")
+        pairs[key.strip()] = value.strip()
+    return pairs
+
+
+def _print_table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str]]) -> None:
+    """A plain text table, one line per row, columns as wide as their widest cell."""
+    cells = [[title for _, title in columns]] + [[_cell(row.get(key)) for key, _ in columns] for row in rows]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
+    for line in cells:
+        print("  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip())
+    if not rows:
+        print("(none)")
+
+
+def _cell(value: Any) -> str:
+    import numpy as np
+    import pandas as pd
+
+    if value is None or (not isinstance(value, str) and pd.isna(value)):
+        return "-"
+    if isinstance(value, (bool, np.bool_)):
+        return str(value).lower()
+    if isinstance(value, float):
+        return f"{value:.1f}"
+    if hasattr(value, "strftime"):
+        return value.strftime("%H:%M:%S")
+    return str(value)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,86 @@
+"""The ``spark-flow`` command line on a real home: declare, status, set, stop/start, plot, errors."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from spark_flow.cli import main
+from spark_flow.status import FlowAdmin, append_history
+
+
+@pytest.fixture
+def home(spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> str:
+    home = str(tmp_path / "home")
+    queue = str(tmp_path / "queues" / "orders.eu")
+    assert main(["--home", home, "declare", queue, "--schema", "id BIGINT, body STRING",
+                 "--set", "stopCount=5", "resumeCount=2"]) == 0
+    assert "queue 'orders.eu'" in capsys.readouterr().out
+    return home
+
+
+def test_declare_registers_and_status_lists_nothing_before_the_controller_ran(
+        home: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert list(FlowAdmin(home).queues()) == ["orders.eu"]
+    assert main(["--home", home, "status"]) == 0
+    out = capsys.readouterr().out
+    assert "flowStoppedCount" in out and "(none)" in out
+
+
+def test_commands_are_appended_in_order(home: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--home", home, "set", "orders.*", "stopCount=50", "resumeCount=20"]) == 0
+    assert main(["--home", home, "stop-producers", "orders.eu"]) == 0
+    assert main(["--home", home, "start-producers"]) == 0
+    capsys.readouterr()
+    assert main(["--home", home, "commands"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[1:3] for line in lines[1:]] == [["set", "orders.*"], ["stop-producers", "orders.eu"],
+                                                         ["start-producers", ">"]]
+    assert "stopCount=50 resumeCount=20" in lines[1]
+    assert main(["--home", home, "subscriptions", "orders.eu"]) == 0
+    assert capsys.readouterr().out.splitlines()[1].split()[:4] == ["default", "-1", "false", "0"]
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["set", "orders.eu", "stopCount=abc"], "flow.stopCount='abc' is not valid: allowed is a whole number"),
+    (["set", "orders.eu", "resumeCount=9"], "flow.resumeCount='9' is not valid: allowed is a value <= flow.stopCount=5"),
+    (["set", "orders.eu", "stopCount"], "KEY=VALUE='stopCount' is not valid"),
+    (["set", "orders.eu", "stopCuont=3"], "Did you mean 'stopCount'"),
+    (["stop-producers", "payments"], "queue 'payments' not found: no registered queue matches"),
+    (["subscriptions", "payments"], "queue 'payments' not found: not registered"),
+    (["plot", "orders.eu"], "has no samples of subscription 'default' yet"),
+], ids=["not-a-number", "resume-above-stop", "no-value", "unknown-key", "unknown-queue", "unknown-queue-subs",
+        "plot-no-history"])
+def test_bad_input_one_line_error_and_nothing_written(home: str, argv: list[str], message: str,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--home", home, *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+    assert FlowAdmin(home).commands.latest() == -1
+
+
+def test_plot_draws_the_history(home: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    start = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+    depths = [0, 3, 6, 7, 4, 1, 0]
+    samples = [{"time": start + timedelta(seconds=i), "queue": "orders.eu", "subscription": "default",
+                "event": "sample", "depth_count": d, "depth_size": 9 * d, "stop_count": 5, "resume_count": 2,
+                "stop_size": 0, "resume_size": 0, "flow_stopped": 2 <= i <= 5, "flow_stopped_count": 1,
+                "producers_stopped": False, "detail": None} for i, d in enumerate(depths)]
+    append_history(home, samples, "test", 0)
+    out = tmp_path / "orders.png"
+    assert main(["--home", home, "plot", "orders.eu", "--out", str(out)]) == 0
+    assert capsys.readouterr().out.strip() == str(out)
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
+
+
+def test_console_script_without_home_names_the_option(tmp_path: Path) -> None:
+    script = Path(sys.executable).parent / "spark-flow"
+    result = subprocess.run([str(script), "status"], capture_output=True, text=True, timeout=120,
+                            env={"PATH": str(script.parent)})
+    assert result.returncode == 2
+    assert "--home=None is not valid" in result.stderr and "SPARK_FLOW_HOME" in result.stderr
