@@ -1,0 +1,266 @@
+"""Faults: kill -9 of producer and consumer processes at random points, and concurrent writers.
+
+DESIGN 3.3: a producer or consumer killed with SIGKILL at any point and restarted from its
+checkpoint delivers every message exactly once to an idempotent consumer sink, and
+flowStoppedCount is not doubled. Each process is its own Spark application (local[1],
+tests/fault_process.py), started in its own process group: the kill takes the Python driver,
+its JVM and its Python workers at once, as a crashed machine would. Kill points and delays
+come from a seeded random generator, so a failing run can be replayed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable
+from pyspark.sql import SparkSession
+
+from spark_flow.queue import Queue, declare
+from spark_flow.sink import QueueSink
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
+
+FAULT_PROCESS = Path(__file__).parent / "fault_process.py"
+SCHEMA = "id BIGINT, producer STRING"
+SEED = 20261122
+#: Longest wait for one step of a trial (JVM starts take long on a loaded 2-core machine).
+WAIT = 240
+
+
+class Child:
+    """One fault_process.py role, in its own process group, with its output in a log file."""
+
+    def __init__(self, role: str, args: list[str], log_dir: Path, children: list[Child]) -> None:
+        self.role = role
+        self.log = log_dir / f"{role}-{len(children)}.log"
+        with open(self.log, "w") as out:
+            self.proc = subprocess.Popen([sys.executable, str(FAULT_PROCESS), role, *args], stdout=out,
+                                         stderr=subprocess.STDOUT, start_new_session=True)
+        children.append(self)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group (driver, JVM, Python workers) and reap the driver."""
+        if self.proc.poll() is None or self._group_alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(30)
+
+    def _group_alive(self) -> bool:
+        try:
+            os.killpg(self.proc.pid, 0)
+            return True
+        except (ProcessLookupError, PermissionError):
+            return False
+
+    def tail(self) -> str:
+        return f"--- {self.log.name} ---\n" + self.log.read_text()[-2500:]
+
+
+@pytest.fixture
+def children() -> Iterator[list[Child]]:
+    started: list[Child] = []
+    try:
+        yield started
+    finally:
+        for child in started:
+            child.kill()
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float, what: str, children: list[Child]) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            logs = "\n".join(c.tail() for c in children[-3:])
+            raise AssertionError(f"{what}: not within {timeout}s\n{logs}")
+        time.sleep(0.2)
+
+
+def write_source(folder: Path, files: int, per_file: int) -> int:
+    """JSON files of ids 0..files*per_file-1, named so their order is their ids' order."""
+    folder.mkdir()
+    for f in range(files):
+        lines = (json.dumps({"id": f * per_file + i, "producer": "p"}) for i in range(per_file))
+        (folder / f"part-{f:04d}.json").write_text("\n".join(lines) + "\n")
+    return files * per_file
+
+
+def stopped_rows(queue: Queue, subscription: str = "default") -> list[int]:
+    return [r["flow_stopped_count"] for r in queue.history.read()
+            if r["subscription"] == subscription and r["flow_stopped"]]
+
+
+def assert_flow_stopped_count_right(queue: Queue, subscription: str = "default") -> int:
+    """flowStoppedCount = the STOPPED rows of the history, one per count (none doubled or lost)."""
+    sub = queue.subscriptions.get(subscription)
+    counts = stopped_rows(queue, subscription)
+    doubled = [c for c, n in Counter(counts).items() if n > 1]
+    assert not doubled, f"STOPPED recorded twice for flowStoppedCount {doubled}"
+    assert sorted(counts) == list(range(1, sub.flow_stopped_count + 1)), (
+        f"flowStoppedCount {sub.flow_stopped_count}, STOPPED rows {sorted(counts)}")
+    return sub.flow_stopped_count
+
+
+def test_kill_9_producer_and_consumer_at_random_points_delivers_exactly_once(
+        spark: SparkSession, tmp_path: Path, children: list[Child]) -> None:
+    """Stop 60 / resume 30, producer capacity 20 (chunks of 20 between gate looks), 400 ids in
+    batches of 50, consumer admitting 100 per trigger. Kills: producer while held, consumer while
+    consuming (twice), producer while writing; each restarted from its checkpoint. Every id
+    is enqueued once and delivered once; flowStoppedCount matches the history; drained, flow is OFF."""
+    rng = random.Random(SEED)
+    path, output = str(tmp_path / "q"), str(tmp_path / "out")
+    queue = declare(spark, path, SCHEMA, settings={"stopCount": 60, "resumeCount": 30})
+    total = write_source(tmp_path / "source", files=16, per_file=25)
+    stop_marker = tmp_path / "stop-consumer"
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    kills: list[str] = []
+
+    def producer() -> Child:
+        return Child("producer", [path, str(tmp_path / "chk-p"), str(tmp_path / "source"), "20"], logs, children)
+
+    def consumer() -> Child:
+        return Child("consumer", [path, str(tmp_path / "chk-c"), output, str(stop_marker), "100"], logs, children)
+
+    def flow_stopped() -> bool:
+        return queue.subscriptions.get("default").flow_stopped
+
+    def delivered() -> int:
+        return DeltaTable(output).version() if DeltaTable.is_deltatable(output) else -1
+
+    def kill(child: Child, point: str) -> None:
+        assert child.alive(), f"{child.role} ended before its kill ({point})\n{child.tail()}"
+        time.sleep(rng.uniform(0.1, 1.5))  # a random point within the phase
+        child.kill()
+        kills.append(point)
+
+    # 1. no consumer: the producer fills the queue past stop and is held; kill it there.
+    p = producer()
+    wait_for(lambda: flow_stopped() and queue.depths()["default"].count > 60, WAIT, "producer held", children)
+    kill(p, "producer while held")
+
+    # 2. consumer and a restarted producer; kill the consumer while it is consuming.
+    c, p = consumer(), producer()
+    start = delivered()
+    wait_for(lambda: delivered() > start, WAIT, "consumer delivering", children)
+    kill(c, "consumer while consuming")
+
+    # 3. restarted consumer; kill the producer while it is writing (just after a new commit).
+    c = consumer()
+    version = queue.refresh()
+    wait_for(lambda: queue.refresh() > version, WAIT, "producer writing", children)
+    kill(p, "producer while writing")
+
+    # 4. restarted producer; kill the consumer while consuming. With no consumer the producer is
+    # held again; then a last consumer drains the queue and the producer finishes its source.
+    p = producer()
+    start = delivered()
+    wait_for(lambda: delivered() > start, WAIT, "consumer delivering", children)
+    kill(c, "consumer while consuming")
+    wait_for(lambda: flow_stopped() or not p.alive(), WAIT, "producer held again (or finished)", children)
+    held_twice = flow_stopped() and p.alive()
+    c = consumer()
+    wait_for(lambda: not p.alive(), WAIT, "producer finished", children)
+    assert p.proc.returncode == 0, p.tail()
+    wait_for(lambda: queue.depths()["default"].count == 0, WAIT, "queue drained", children)
+    stop_marker.touch()
+    wait_for(lambda: not c.alive(), WAIT, "consumer stopped", children)
+    assert c.proc.returncode == 0, c.tail()
+
+    assert kills == ["producer while held", "consumer while consuming", "producer while writing",
+                     "consumer while consuming"]
+    enqueued = DeltaTable(path).to_pyarrow_table().column("id").to_pylist()
+    assert sorted(enqueued) == list(range(total)), "every id enqueued exactly once"
+    out = DeltaTable(output).to_pyarrow_table().column("id").to_pylist()
+    duplicates = sorted(i for i, n in Counter(out).items() if n > 1)
+    missing = sorted(set(range(total)) - set(out))
+    assert not duplicates and not missing, f"duplicates {duplicates[:20]}, missing {missing[:20]}"
+    assert len(out) == total
+
+    assert held_twice, "the producer was held in phases 1 and 4"
+    assert assert_flow_stopped_count_right(queue) >= 1
+    sub = queue.subscriptions.get("default")
+    assert not sub.flow_stopped, "drained, the subscription ends flow-OFF"
+    assert sub.position == queue.refresh()
+    assert max(r["depth_count"] for r in queue.history.read() if r["flow_stopped"]) <= 60 + 20 + 20, (
+        "depth bound: stop + capacity (+ one capacity for the replay of a killed producer's batch)")
+
+
+def test_concurrent_producers_and_acknowledgements_retry_and_lose_nothing(spark: SparkSession,
+                                                                          tmp_path: Path) -> None:
+    """Two producers (threads, one Spark application) append to one queue at the same time in
+    chunks, their gates recording transitions, while two consumers acknowledge two subscriptions:
+    Delta appends race for versions, subscription MERGEs (acks and compare-and-set transitions)
+    conflict and are retried. Nothing is lost or doubled; each subscription's flowStoppedCount
+    matches its history."""
+    path = str(tmp_path / "q")
+    queue = declare(spark, path, SCHEMA, settings={"stopCount": 25, "resumeCount": 10})
+    queue.create_subscription("audit", "earliest")
+    batches, rows = 2, 20
+    done = threading.Event()
+    errors: list[BaseException] = []
+
+    def produce(name: str, offset: int) -> None:
+        try:
+            sink = QueueSink(path, options={"capacity": 10, "pollInterval": "100ms"}, app_id=f"concurrent-{name}")
+            for batch in range(batches):
+                first = offset + batch * rows
+                sink(spark.range(first, first + rows).selectExpr("id", f"'{name}' AS producer"), batch)
+        except BaseException as error:
+            errors.append(error)
+
+    def acknowledge(subscription: str, pause: float) -> None:
+        """A consumer that acknowledges everything each time its subscription is flow-stopped
+        (so the producers are held, and its MERGE races their gates' transitions)."""
+        handle = Queue(path)  # its own handle, as a consumer process has
+        try:
+            while not done.is_set():
+                if handle.subscriptions.get(subscription).flow_stopped:
+                    time.sleep(pause)
+                    handle.acknowledge(subscription, handle.refresh())
+                time.sleep(0.05)
+        except BaseException as error:
+            errors.append(error)
+
+    producers = [threading.Thread(target=produce, args=(n, o), daemon=True) for n, o in (("a", 0), ("b", 10_000))]
+    consumers = [threading.Thread(target=acknowledge, args=(s, p), daemon=True)
+                 for s, p in (("default", 0.2), ("audit", 0.5))]
+    for thread in producers + consumers:
+        thread.start()
+    for thread in producers:
+        thread.join(240)
+    done.set()
+    for thread in consumers:
+        thread.join(30)
+    assert not any(t.is_alive() for t in producers), "a producer is still held"
+    assert not errors, errors
+
+    ids = DeltaTable(path).to_pyarrow_table().column("id").to_pylist()
+    expected = [o + i for o in (0, 10_000) for i in range(batches * rows)]
+    assert sorted(ids) == expected, "every message enqueued exactly once"
+    latest = queue.refresh()
+    for name in ("default", "audit"):
+        queue.acknowledge(name, latest)
+    from spark_flow.gate import Gate
+
+    Gate(queue).observe()  # records the final transitions to OFF
+    total_stops = 0
+    for name in ("default", "audit"):
+        total_stops += assert_flow_stopped_count_right(queue, name)
+        sub = queue.subscriptions.get(name)
+        assert (sub.position, sub.flow_stopped) == (latest, False)
+    assert total_stops >= 2, "the producers were held: transitions raced with acknowledgements"

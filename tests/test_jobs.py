@@ -1,0 +1,149 @@
+"""The producer and consumer jobs, run as users run them: spark-submit on the pip-installed Spark,
+and the conf files they are run with.
+
+Each spark-submit is its own JVM (marked e2e); results are read back with deltalake, so the
+module needs no SparkSession of its own.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable
+
+from spark_flow.config import resolve
+from spark_flow.queue import Queue
+
+ROOT = Path(__file__).resolve().parent.parent
+SPARK_SUBMIT = Path(sys.executable).parent / "spark-submit"
+JOBS = ROOT / "jobs"
+SPARK_ARGS = [
+    "--properties-file", str(ROOT / "conf" / "spark-defaults.conf"),
+    "--conf", "spark.master=local[1]",
+    "--conf", "spark.ui.enabled=false",
+    "--conf", "spark.sql.shuffle.partitions=1",
+    "--conf", "spark.databricks.delta.snapshotPartitions=1",
+]
+STOP, RESUME, CAPACITY, RATE = 20, 10, 30, 20
+LINE = re.compile(r"(\w+)=(\S+)")
+
+
+def spark_submit(job: str, *args: str, conf: dict[str, str] | None = None,
+                 timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """Run ``jobs/<job>.py`` through the venv's spark-submit; the driver and workers run this interpreter."""
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    confs = [part for key, value in (conf or {}).items() for part in ("--conf", f"{key}={value}")]
+    command = [str(SPARK_SUBMIT), *SPARK_ARGS, *confs, str(JOBS / f"{job}.py"), *args]
+    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def progress(stdout: str, kind: str) -> list[dict[str, str]]:
+    """The per-batch progress lines of a job's stdout, as key=value dicts."""
+    lines = [line for line in stdout.splitlines() if f" {kind}=" in line and " batch=" in line]
+    return [dict(LINE.findall(line)) for line in lines]
+
+
+def properties(path: Path) -> dict[str, str]:
+    """A Spark properties file's entries (``key  value`` lines, ``#`` comments)."""
+    lines = [line.strip() for line in path.read_text().splitlines()]
+    return dict(line.split(None, 1) for line in lines if line and not line.startswith("#"))
+
+
+def failure(result: subprocess.CompletedProcess[str]) -> str:
+    return f"exit {result.returncode}\nstdout:\n{result.stdout[-3000:]}\nstderr:\n{result.stderr[-5000:]}"
+
+
+@pytest.mark.parametrize(("job", "options"), [
+    ("producer", ["--queue", "--source", "--rate", "--message-size", "--path", "--format", "--from-queue",
+                  "--capacity", "--policy", "--trigger", "--checkpoint", "--run-seconds", "--name", "--schema"]),
+    ("consumer", ["--queue", "--subscription", "--starting-position", "--max-records-per-trigger", "--output",
+                  "--delay-per-message", "--rows-per-second", "--trigger", "--checkpoint", "--run-seconds",
+                  "--until-empty"]),
+])
+def test_help_documents_every_option(job: str, options: list[str]) -> None:
+    result = subprocess.run([sys.executable, str(JOBS / f"{job}.py"), "--help"], capture_output=True, text=True,
+                            timeout=120, check=False)
+    assert result.returncode == 0, failure(result)
+    for option in options:
+        assert option in result.stdout, option
+    assert "examples:" in result.stdout and "spark-submit" in result.stdout
+
+
+def test_bad_option_names_it(tmp_path: Path) -> None:
+    result = subprocess.run([sys.executable, str(JOBS / "producer.py"), "--queue", str(tmp_path / "q"),
+                             "--rate", "fast"], capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 2
+    assert "--rate" in result.stderr and "'fast'" in result.stderr
+    assert not (tmp_path / "q").exists()
+
+
+@pytest.mark.e2e
+def test_bad_flow_conf_fails_before_anything_is_written(tmp_path: Path) -> None:
+    queue = tmp_path / "q"
+    result = spark_submit("producer", "--queue", str(queue), "--run-seconds", "5",
+                          conf={"spark.flow.stopCount": "abc"})
+    assert result.returncode == 2, failure(result)
+    # spark-submit passes the Python driver's stderr on to its stdout
+    errors = [line for line in (result.stdout + result.stderr).splitlines() if line.startswith("error:")]
+    assert errors == ["error: spark.flow.stopCount='abc' is not valid: allowed is a whole number >= 0"], failure(result)
+    assert "Traceback" not in result.stdout + result.stderr
+    assert " started" not in result.stdout
+    assert not queue.exists()
+
+
+@pytest.mark.e2e
+def test_producer_is_held_then_the_consumer_drains_the_queue(tmp_path: Path) -> None:
+    path, output = tmp_path / "events", tmp_path / "consumed"
+
+    producer = spark_submit(
+        "producer", "--queue", str(path), "--name", "p1", "--rate", str(RATE), "--capacity", str(CAPACITY),
+        "--trigger", "500ms", "--run-seconds", "12",
+        conf={"spark.flow.stopCount": str(STOP), "spark.flow.resumeCount": str(RESUME)})
+    assert producer.returncode == 0, failure(producer)
+    assert f"stopCount={STOP} resumeCount={RESUME}" in producer.stdout, failure(producer)
+    lines = progress(producer.stdout, "producer")
+    assert lines, failure(producer)
+    # Held: the queue went over stop, the producer was flow-stopped, and no line (nor the
+    # table) ever shows more than stop + the producer's capacity window.
+    assert any(line["flowStopped"] == "true" for line in lines), failure(producer)
+    assert all(int(line["depth"]) <= STOP + CAPACITY for line in lines), failure(producer)
+    queue = Queue(str(path))
+    enqueued = DeltaTable(str(path)).to_pyarrow_table(columns=["id", "producer", "body"])
+    assert STOP < enqueued.num_rows <= STOP + CAPACITY
+    assert set(enqueued.column("producer").to_pylist()) == {"p1"}
+    assert {len(b) for b in enqueued.column("body").to_pylist()} == {100 - 16 - len("p1")}  # --message-size 100
+    default = queue.subscriptions.get("default")
+    assert default.flow_stopped and default.flow_stopped_count >= 1
+    assert queue.depth().count == enqueued.num_rows
+
+    consumer = spark_submit(
+        "consumer", "--queue", str(path), "--output", str(output), "--max-records-per-trigger", "10",
+        "--rows-per-second", "50", "--trigger", "500ms", "--until-empty")
+    assert consumer.returncode == 0, failure(consumer)
+    lines = progress(consumer.stdout, "consumer")
+    assert sum(int(line["consumed"]) for line in lines) == enqueued.num_rows, failure(consumer)
+    assert lines[-1]["depth"] == "0", failure(consumer)
+    consumed = DeltaTable(str(output)).to_pyarrow_table(columns=["id"]).column("id").to_pylist()
+    assert sorted(consumed) == sorted(enqueued.column("id").to_pylist())
+    assert len(consumed) == len(set(consumed))  # every message exactly once
+    assert queue.depth().count == 0
+
+
+def test_queues_conf_sets_each_queue_as_its_comments_say() -> None:
+    conf = {**properties(ROOT / "conf" / "spark-defaults.conf"), **properties(ROOT / "conf" / "queues.conf")}
+    eu, us = resolve("orders.eu", conf=conf), resolve("orders.us", conf=conf)
+    assert (eu.thresholds.stop_count, eu.thresholds.resume_count, eu.capacity) == (1000, 800, 200)
+    assert (us.thresholds.stop_count, us.thresholds.resume_count, us.capacity) == (5000, 4000, 10000)
+    audit = resolve("billing.audit", conf=conf).thresholds
+    assert (audit.stop_count, audit.stop_size, audit.resume_size) == (0, 64 * 2**20, 48 * 2**20)
+    telemetry = resolve("telemetry.eu.west", conf=conf)
+    assert telemetry.policy == "ring" and telemetry.max_count == 100_000 and not telemetry.thresholds.enabled
+    clicks = resolve("clicks", conf=conf)
+    assert (clicks.policy, clicks.reject_timeout, clicks.thresholds.stop_count) == ("reject-after", 30.0, 10_000)
+    for unmatched in ("orders", "audit", "eu.billing.audit"):
+        assert not resolve(unmatched, conf=conf).thresholds.enabled, unmatched
