@@ -5,7 +5,7 @@ VENV := .venv
 STAMP := $(VENV)/.installed
 DEMO_DIR ?=
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test bench clean
 
 $(STAMP): pyproject.toml
 	@command -v java >/dev/null || { echo "Java 17 is needed (apt-get install openjdk-17-jre-headless)"; exit 1; }
@@ -20,6 +20,12 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/pytest
+
+bench: $(STAMP)
+	$(VENV)/bin/python bench/overhead.py
+	$(VENV)/bin/python bench/flow_control.py
+	$(VENV)/bin/python bench/scaling.py
+	$(VENV)/bin/python bench/controller.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache spark_flow.egg-info

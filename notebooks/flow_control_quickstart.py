@@ -1,8 +1,10 @@
 # Databricks notebook source
 # MAGIC %md
 # MAGIC # spark-flow quickstart
-# MAGIC Declare a Delta queue, enqueue with flow control, read it with the `flowqueue` source,
-# MAGIC look at depth and flow state, change a threshold at run time.
+# MAGIC Declare a Delta queue, run a producer faster than its consumer, watch flow control hold and
+# MAGIC resume the producer in the status table, change a threshold at run time, stop the producer by
+# MAGIC hand, and plot the depth against the thresholds.
+# MAGIC
 # MAGIC Runs on Databricks (the cluster's session is used as it is) and locally:
 # MAGIC `python notebooks/flow_control_quickstart.py` (tables under `$FLOW_NOTEBOOK_DIR` or a temp dir).
 
@@ -10,59 +12,109 @@
 
 import os
 import tempfile
+import time
 
 from spark_flow import QueueSink, declare, get_spark, read_queue
+from spark_flow.controller import start_controller
+from spark_flow.status import FlowAdmin
 
 spark = get_spark()
 base = os.environ.get("FLOW_NOTEBOOK_DIR") or tempfile.mkdtemp(prefix="spark-flow-notebook-")
+spark.conf.set("spark.flow.home", f"{base}/flow")  # queues declared from now on register here
 queue_path = f"{base}/queues/orders"
 queue = declare(spark, queue_path, "order_id BIGINT, customer STRING, amount DOUBLE",
-                settings={"maxCount": 1000, "stopCount": 900, "resumeCount": 500})
+                settings={"stopCount": 150, "resumeCount": 60})
+admin = FlowAdmin(f"{base}/flow")
 print(queue, queue.config().thresholds)
 
-# COMMAND ----------
 
-# MAGIC %md Enqueue two batches. `QueueSink` is a foreachBatch function; called directly with an
-# MAGIC `app_id`, each batch id is written exactly once (a repeated call writes nothing).
+def wait_for(what, predicate, timeout=180):
+    """Poll until ``predicate()`` holds (a notebook cell that waits for the stream to get there)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"not within {timeout}s: {what}")
+        time.sleep(0.5)
+    print("ok:", what)
 
-# COMMAND ----------
 
-sink = QueueSink(queue_path, app_id="notebook-producer")
-orders = spark.range(600).selectExpr("id AS order_id", "concat('customer-', id % 7) AS customer",
-                                     "CAST(id * 1.5 AS DOUBLE) AS amount")
-sink(orders.filter("order_id < 300"), 0)
-sink(orders.filter("order_id >= 300"), 1)
-sink(orders.filter("order_id >= 300"), 1)  # a replay: skipped
-print(queue.depths())
-
-# COMMAND ----------
-
-# MAGIC %md Change the resume threshold at run time: it applies from the next look.
+def status(subscription="default"):
+    rows = admin.status("orders")
+    return rows[rows["subscription"] == subscription].to_dict("records")[0] if len(rows) else {}
 
 # COMMAND ----------
 
-spark.sql(f"ALTER TABLE delta.`{queue_path}` SET TBLPROPERTIES ('flow.resumeCount' = '400')")
-print(queue.config().thresholds)
+# MAGIC %md The flow controller runs in this session (embedded mode; deployments run
+# MAGIC `jobs/controller.py` as its own job). It keeps the status and history tables under `spark.flow.home`.
 
 # COMMAND ----------
 
-# MAGIC %md Consume everything available with the `flowqueue` source; the subscription's
-# MAGIC position moves as Spark completes batches.
+controller = start_controller(spark, trigger="1 second")
 
 # COMMAND ----------
 
-consumer = (read_queue(spark, queue_path, maxRecordsPerTrigger=250)
-            .writeStream.format("delta").trigger(availableNow=True)
-            .option("checkpointLocation", f"{base}/checkpoints/consumer")
-            .start(f"{base}/out/orders"))
-consumer.awaitTermination()
+# MAGIC %md A producer of 50 orders a second with a capacity window of 30, and a consumer that takes
+# MAGIC at most 15 per second: the queue fills, the producer is held above 150 and goes on under 60.
+
+# COMMAND ----------
+
+orders = (spark.readStream.format("rate").option("rowsPerSecond", 50).load()
+          .selectExpr("value AS order_id", "concat('customer-', value % 7) AS customer",
+                      "CAST(value * 1.5 AS DOUBLE) AS amount"))
+producer = (orders.writeStream.foreachBatch(QueueSink(queue_path, options={"capacity": 30}))
+            .option("checkpointLocation", f"{base}/checkpoints/producer").trigger(processingTime="1 second")
+            .queryName("orders_producer").start())
+consumer = (read_queue(spark, queue_path, maxRecordsPerTrigger=15).writeStream.format("delta")
+            .option("checkpointLocation", f"{base}/checkpoints/consumer").trigger(processingTime="1 second")
+            .queryName("orders_consumer").start(f"{base}/out/orders"))
+wait_for("the producer is held (flowStopped)", lambda: status().get("flow_stopped") is True)
+print(admin.status().T)  # on Databricks: display(admin.status())
+
+# COMMAND ----------
+
+# MAGIC %md Change the thresholds at run time: the command goes through the controller, and every
+# MAGIC producer's gate applies it from its next look.
+
+# COMMAND ----------
+
+admin.set("orders", stopCount=400, resumeCount=200)
+wait_for("stop 400 in force", lambda: status().get("stop_count") == 400)
+wait_for("the producer resumed under the new thresholds", lambda: status().get("flow_stopped") is False)
+
+# COMMAND ----------
+
+# MAGIC %md Stop the producer by hand (an operator's stop holds it whatever the depth), then start it again.
+
+# COMMAND ----------
+
+def enqueues_nothing_for(seconds):
+    before = queue.refresh()
+    time.sleep(seconds)
+    return queue.refresh() == before
+
+
+admin.stop_producers("orders")
+wait_for("producers held by the operator", lambda: status().get("producers_stopped") is True)
+wait_for("the stopped producer enqueues nothing", lambda: enqueues_nothing_for(3))
+held_at = queue.refresh()
+admin.start_producers("orders")
+wait_for("producers going again", lambda: queue.refresh() > held_at)
+
+# COMMAND ----------
+
+# MAGIC %md Stop the producer, let the consumer drain the queue, and plot the run from the history table.
+
+# COMMAND ----------
+
+producer.stop()
+wait_for("the queue drained", lambda: queue.depths()["default"].count == 0)
+consumer.stop()
+time.sleep(3)  # one more controller look at the empty queue
+controller.stop()
+produced = spark.read.format("delta").load(queue_path)
 delivered = spark.read.format("delta").load(f"{base}/out/orders")
-print("delivered", delivered.count(), "messages; depth now", queue.depths())
-display_rows = delivered.groupBy("customer").count().orderBy("customer").collect()
-print(display_rows)
-
-# COMMAND ----------
-
-for subscription in queue.subscriptions.list():
-    print(subscription.name, "position", subscription.position, "flowStopped", subscription.flow_stopped,
-          "flowStoppedCount", subscription.flow_stopped_count)
+final = status()
+chart = admin.plot("orders", f"{base}/orders-depth.png")
+print(f"produced {produced.count()}, delivered {delivered.count()} "
+      f"({delivered.select('order_id').distinct().count()} distinct)")
+print(f"flowStoppedCount {final['flow_stopped_count']}, plot {chart}")

@@ -379,6 +379,9 @@ def check_options(options: Mapping[str, Any], own: Iterable[str]) -> tuple[dict[
             conf[key] = value
         elif key.lower() in conf_names:
             conf[conf_names[key.lower()]] = value
+        elif key.lower().startswith(CONF_PREFIX.lower()):
+            closest = _closest(key.lower(), conf_names)
+            raise UnknownKeyError(key, value, closest and conf_names[closest])
         else:
             raise UnknownKeyError(key, value, _closest(key, own + list(KEYS)))
     return mine, settings, conf

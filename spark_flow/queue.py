@@ -147,7 +147,13 @@ class Queue:
         self.subscriptions.drop(name)
 
     def acknowledge(self, subscription: str, version: int) -> bool:
-        """Acknowledge every message up to queue ``version`` for ``subscription`` (monotonic)."""
+        """Acknowledge every message up to queue ``version`` for ``subscription`` (monotonic).
+
+        A version the queue has not reached yet is refused: it would acknowledge messages that
+        were never delivered."""
+        if version > self._table.version() and version > self.refresh():
+            raise ConfigurationError("position", version, f"a queue version <= {self._table.version()}, "
+                                                          f"the latest of queue {self.name!r}")
         return self.subscriptions.acknowledge(subscription, version)
 
     def transaction_version(self, app_id: str) -> int | None:

@@ -169,8 +169,20 @@ class QueueSink:
         parts = self._route(batch)
         gates = {dest: Gate(open_queue(self._location(spark, dest)), self.settings, conf) for dest in parts}
         self._held = dict.fromkeys((gate.queue.path for gate in gates.values()), 0.0)
+        self._check(parts, gates, conf)
         enqueued = {dest: self._enqueue(part, gates[dest], app_id, batch_id, is_active) for dest, part in parts.items()}
         self._hold(batch_id, gates, enqueued, is_active)
+
+    def _check(self, parts: Mapping[str, DataFrame], gates: Mapping[str, Gate], conf: Mapping[str, Any]) -> None:
+        """Every destination's schema and settings, before the first write: a batch routed to
+        several queues is refused whole, never enqueued into some of them."""
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        for dest, part in parts.items():
+            queue = gates[dest].queue
+            queue.refresh()
+            conform(part, from_arrow_schema(queue.schema()), queue.name)
+            queue.config(self.settings, conf)
 
     def _location(self, spark: SparkSession, queue: str) -> str:
         if queue not in self._locations:

@@ -27,7 +27,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from spark_flow.config import check_options, parse_count
+from spark_flow.config import check_options, parse_count, resolve
 from spark_flow.exceptions import ConfigurationError
 from spark_flow.gate import Gate
 from spark_flow.queue import open_queue
@@ -63,6 +63,7 @@ class SourceOptions:
         position = own.get("startingPosition")
         if position is not None and position.strip().lower() not in STARTING_POSITIONS:
             raise ConfigurationError("startingPosition", position, "earliest or latest")
+        resolve(own["queue"].rstrip("/").rpartition("/")[2], options=settings, conf=conf)  # bad values fail here
         max_records = own.get("maxRecordsPerTrigger")
         return cls(
             queue=own["queue"],

@@ -27,6 +27,7 @@ from spark_flow.subscriptions import DEFAULT_SUBSCRIPTION, Subscription
 if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
+    from deltalake import DeltaTable
 
 COMMANDS = ("stop-producers", "start-producers", "set")
 #: Settings an operator cannot ``set``: they have their own command, or are not a queue's.
@@ -329,8 +330,13 @@ def append_history(home: str, rows: Sequence[Mapping[str, Any]], app_id: str, ve
 
     location, options = control_path(home, "history"), dict(storage_options or {}) or None
     if DeltaTable.is_deltatable(location, storage_options=options):
-        done = DeltaTable(location, storage_options=options).transaction_version(app_id)
+        table = DeltaTable(location, storage_options=options)
+        done = table.transaction_version(app_id)
         if done is not None and done >= version:
+            rows = _missing_transitions(table, rows)
+            if rows:  # a replayed batch saw transitions the first attempt did not: add only those
+                write_deltalake(location, pa.Table.from_pylist(rows, schema=history_schema()), mode="append",
+                                storage_options=options)
             return False
     if not rows:
         return False
@@ -338,6 +344,21 @@ def append_history(home: str, rows: Sequence[Mapping[str, Any]], app_id: str, ve
                     commit_properties=CommitProperties(app_transactions=[Transaction(app_id, version)]),
                     storage_options=options)
     return True
+
+
+TRANSITIONS = ("stopped", "resumed")
+
+
+def _missing_transitions(table: DeltaTable, rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The transition rows not in the history yet; a transition is unique by queue, subscription,
+    event and flowStoppedCount (the n-th stop and the resume after it happen once)."""
+    wanted = [dict(r) for r in rows if r["event"] in TRANSITIONS]
+    if not wanted:
+        return []
+    key = ("queue", "subscription", "event", "flow_stopped_count")
+    seen = {tuple(r[k] for k in key) for r in table.to_pyarrow_table(columns=list(key)).to_pylist()
+            if r["event"] in TRANSITIONS}
+    return [r for r in wanted if tuple(r[k] for k in key) not in seen]
 
 
 def _sql(text: str) -> str:

@@ -193,10 +193,7 @@ CASES = [
     case("conf unknown key through the source", read_events(), AnalysisException,
          "(?i)spark.flow.stopCuont='5' is not valid: allowed is a known spark-flow key", conf={"spark.flow.stopCuont": "5"}),
     case("conf unknown key through the source names the closest", read_events(), AnalysisException,
-         unknown("spark.flow.stopcuont", "spark.flow.stopCount"), conf={"spark.flow.stopCuont": "5"},
-         marks=pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-             "Spark lower-cases the source's options; check_options looks for the closest key among plain "
-             "names (stopCount), not spark.flow.* names, so the message has no 'Did you mean'"))),
+         unknown("spark.flow.stopcuont", "spark.flow.stopCount"), conf={"spark.flow.stopCuont": "5"}),
     # -- resume above stop, in every layer ----------------------------------------------------
     case("conf resumeCount above stopCount", sink_events(), ConfigurationError,
          bad("spark.flow.resumeCount", "7", "a value <= spark.flow.stopCount=5" + ABOVE),
@@ -308,10 +305,7 @@ CASES = [
     case("route to an unknown queue", route(lambda w: [w.events.path, str(w.tmp / "nowhere")]), QueueNotFoundError,
          "there is no Delta table at this location"),
     case("route to a queue of another schema", route(lambda w: [w.events.path, w.orders.path]), SchemaMismatchError,
-         re.escape("schema does not match queue 'orders': missing columns ['sz']"),
-         marks=pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-             "bug: a routed batch is enqueued queue by queue, so 'events' gets its rows before 'orders' "
-             "refuses the batch (a failed batch partially enqueued)"))),
+         re.escape("schema does not match queue 'orders': missing columns ['sz']")),
     case("ring-strict batch above maxCount", sink_events({"policy": "ring-strict", "maxCount": 1}), QueueFullError,
          re.escape("queue 'events' refused the batch: ring-strict queue cannot take a batch of 2 messages / 24 bytes "
                    "above its max")),
@@ -343,9 +337,11 @@ CASES = [
          re.escape("subscription 'nobody' does not exist on queue 'events': allowed is one of 'audit', 'default'")),
     case("source downstream missing", read_events(downstream="/nonexistent/spark-flow/queue"), StreamingQueryException,
          "queue '/nonexistent/spark-flow/queue' not found"),
+    case("source with a bad flow setting", read_events(capacity="none"), AnalysisException,
+         bad("capacity", "none", "a whole number >= 1")),
     case("source downstream with a bad flow setting",
          lambda w: w.consume(read_queue(w.spark, w.events.path, downstream=w.orders.path, capacity="none")),
-         StreamingQueryException, bad("capacity", "none", "a whole number >= 1")),
+         AnalysisException, bad("capacity", "none", "a whole number >= 1")),
     # -- subscriptions and acknowledgements -------------------------------------------------------
     case("create subscription at an unknown position", lambda w: w.events.create_subscription("x", "middle"),
          ConfigurationError, bad("startingPosition", "middle", "earliest, latest, or a queue version >= -1")),
@@ -360,10 +356,7 @@ CASES = [
     case("depth of an unknown subscription", lambda w: w.events.depth("nobody"), SubscriptionNotFoundError,
          "subscription 'nobody' does not exist on queue 'events'"),
     case("acknowledge beyond the queue's end", lambda w: w.events.acknowledge("default", w.events.refresh() + 100),
-         ConfigurationError, "position",
-         marks=pytest.mark.xfail(strict=True, reason=(
-             "Queue.acknowledge takes any version, also one not written yet: the subscription then skips "
-             "messages enqueued later, acknowledged without being delivered"))),
+         ConfigurationError, "position"),
 ]
 
 

@@ -143,6 +143,12 @@ def controlled(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) ->
     controller.stop()
 
 
+def enqueues_nothing_for(queue: Queue, seconds: float) -> bool:
+    before = queue.refresh()
+    time.sleep(seconds)
+    return queue.refresh() == before
+
+
 def declare_registered(spark: SparkSession, admin: FlowAdmin, path: Path, schema: str = SCHEMA,
                        **settings: object) -> Queue:
     queue = declare(spark, str(path), schema, settings=settings)
@@ -160,7 +166,7 @@ def test_manual_stop_holds_a_producer_with_an_empty_queue_and_start_releases_it(
     try:
         wait_until(lambda: queue.refresh() > 1, 60)
         admin.stop_producers("manual")
-        wait_until(lambda: is_held(producer), 60)
+        wait_until(lambda: is_held(producer) and enqueues_nothing_for(queue, 2), 90)  # a write in flight lands
         held_at = queue.refresh()
         time.sleep(3)
         assert is_held(producer) and queue.refresh() == held_at, "a stopped producer writes nothing"
@@ -257,3 +263,24 @@ class TestBadCommands:
         assert admin.start_producers() == first + 1
         assert [(c.id, c.command, c.target) for c in admin.commands.read()] == [
             (first, "stop-producers", "orders.>"), (first + 1, "start-producers", ">")]
+
+
+def test_replayed_batch_adds_only_transitions_its_first_attempt_missed(tmp_path: Path) -> None:
+    from datetime import UTC, datetime
+
+    from spark_flow.status import append_history
+
+    def row(event: str, count: int) -> dict[str, object]:
+        return {"time": datetime.now(UTC), "queue": "q", "subscription": "default", "event": event,
+                "depth_count": 0, "depth_size": 0, "stop_count": 5, "resume_count": 2, "stop_size": 0,
+                "resume_size": 0, "flow_stopped": event == "stopped", "flow_stopped_count": count,
+                "producers_stopped": False, "detail": None}
+
+    home = str(tmp_path / "home")
+    assert append_history(home, [row("sample", 1), row("stopped", 1)], "controller", 7)
+    assert not append_history(home, [row("sample", 1), row("stopped", 1), row("resumed", 1)], "controller", 7)
+    from deltalake import DeltaTable
+
+    rows = DeltaTable(str(tmp_path / "home" / "_spark_flow" / "history")).to_pyarrow_table().to_pylist()
+    assert sorted((r["event"], r["flow_stopped_count"]) for r in rows) == [("resumed", 1), ("sample", 1),
+                                                                          ("stopped", 1)]
