@@ -1,7 +1,7 @@
 """Controller scaling: micro-batch time of the flow controller watching 1, 100 and 1,000 queues.
 
-Queues are made with deltalake (a queue table with CDF and flow.* properties, a subscription
-and a few enqueued commits each), registered in one home per size; the controller then runs in
+Queues are copies of one declared queue (3 messages enqueued, stop 2 / resume 1, so every queue
+is flow-stopped), registered in one home per size; the controller then runs in
 this session and the median ``triggerExecution`` of its batches after the first is reported,
 with the time per queue. Writes bench/controller.json and bench/controller.png.
 
@@ -13,31 +13,30 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
-from spark_flow import get_spark
+from spark_flow import declare, get_spark
 from spark_flow.controller import start_controller
 from spark_flow.home import Registry
 from spark_flow.queue import Queue
 from spark_flow.status import FlowAdmin
 
 
-def make_queue(path: str, name: str) -> None:
-    """A declared queue without Spark: what ``declare`` writes, through deltalake."""
-    import pyarrow as pa
-    from deltalake import write_deltalake
-
-    rows = pa.table({"id": pa.array([1, 2, 3], pa.int64()), "body": ["a", "b", "c"]})
-    config = {"delta.enableChangeDataFeed": "true", "flow.queueName": name, "flow.stateLocation": f"{path}/_flow",
-              "flow.stopCount": "2", "flow.resumeCount": "1"}
-    write_deltalake(path, rows, mode="append", configuration=config)
-    write_deltalake(path, rows, mode="append")
-    queue = Queue(path)
-    queue.subscriptions.create_table()
-    queue.subscriptions.create("default", -1)
+def copy_queue(template: Queue, path: str, name: str) -> None:
+    """A copy of a declared queue, with its own name and subscriptions: the table directory
+    (its ``_flow`` state inside) copied and its log's queue name and state location rewritten.
+    Declaring 1,000 queues through Spark would take most of an hour on 2 cores, and deltalake
+    refuses to write the ``flow.*`` properties itself."""
+    shutil.copytree(template.path, path)
+    for log in Path(path, "_delta_log").glob("*.json"):
+        text = log.read_text().replace(template.path, path)
+        log.write_text(text.replace(f'"flow.queueName":"{template.name}"', f'"flow.queueName":"{name}"'))
+    for crc in Path(path, "_delta_log").glob("*.crc"):
+        crc.unlink()
 
 
 def main() -> None:
@@ -48,6 +47,9 @@ def main() -> None:
     args = parser.parse_args()
     spark = get_spark({"spark.sql.shuffle.partitions": "2"})
     spark.sparkContext.setLogLevel("ERROR")
+    template = declare(spark, str(Path(tempfile.mkdtemp(prefix="spark-flow-bench-template-")) / "template"),
+                       "id BIGINT, body STRING", settings={"stopCount": 2, "resumeCount": 1})
+    spark.range(3).selectExpr("id", "'m' AS body").write.format("delta").mode("append").save(template.path)
     base = Path(tempfile.mkdtemp(prefix="spark-flow-bench-controller-"))
     results = {}
     for size in args.sizes:
@@ -56,7 +58,7 @@ def main() -> None:
         began = time.perf_counter()
         for i in range(size):
             path = str(base / f"q{size}" / f"queue{i}")
-            make_queue(path, f"queue{i}")
+            copy_queue(template, path, f"queue{i}")
             registry.register(f"queue{i}", path)
         setup = time.perf_counter() - began
         query = start_controller(spark, home, trigger="100 milliseconds",

@@ -26,7 +26,9 @@ log), rows the consumer has written out, and ``Queue.depths()``. Reported per va
   done but not yet acknowledged);
 - consumer idle fraction = of the samples where the producer had data pending (rows in the
   source not yet in the queue), the fraction where the consumer had nothing to do (backlog 0);
-  also the same counted only from the producer's first write on (its start-up lag left out);
+  also the same counted only from the producer's first write on (its start-up lag left out),
+  and for spark-flow the same over the samples where the producer was flow-stopped (a held
+  producer must not starve its consumer);
 - producer throughput = rows / (last queue commit - first burst), consumer throughput likewise;
 - end-to-end latency p50/p95/p99 = consumer write time - ``event_time``, per row;
 - flowStoppedCount of the spark-flow queue's subscription.
@@ -249,7 +251,11 @@ def summarize(name: str, samples: list[Sample], consumer: Consumer, start: float
         "consumer_batches": consumer.batches,
     }
     if name == "spark_flow":
+        held = [s for s in samples if s.flow_stopped]
         summary.update({"depth_max_size": max((s.depth_size for s in samples), default=0),
+                        "samples_producer_held": len(held),
+                        "consumer_idle_fraction_while_held": (round(sum(s.backlog == 0 for s in held) / len(held), 3)
+                                                              if held else 0.0),
                         "flow_stopped_count": flow_stopped_count, "stop_count": args.stop,
                         "resume_count": args.resume, "capacity": args.capacity,
                         "bound_stop_plus_capacity": args.stop + args.capacity})

@@ -31,7 +31,7 @@ from _common import HelpFormatter, emit, flow_conf_of, interval, main_guard, pos
 
 from spark_flow import ConfigurationError
 from spark_flow.config import resolve
-from spark_flow.controller import start_controller
+from spark_flow.controller import start_controller, stop_between_batches
 from spark_flow.home import HOME_CONF
 from spark_flow.status import FlowAdmin
 
@@ -79,7 +79,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     except KeyboardInterrupt:
         emit("interrupted; stopping the controller")
     finally:
-        query.stop()
+        stop_between_batches(query)
 
 
 def _summary(batch_id: int, admin: FlowAdmin) -> str:

@@ -1,9 +1,12 @@
 """Quickstart demo: a producer faster than its consumer, held back by flow control.
 
-A rate source produces 100 messages a second into a Delta queue (stop 300, resume 150, producer
-capacity 200); a slow consumer takes at most 40 messages a second. Every second the demo prints the queue's
-depth and flow state: the producer is flow-stopped when the depth passes 300 and goes on when
-the consumer has brought it under 150. At the end: a summary and a plot of the run.
+A rate source produces 100 messages a second (a batch of 100 each second) into a Delta queue
+(stop 300, resume 150, producer capacity 200); a slow consumer spends 25 ms on each message (40
+messages a second). Every second the demo prints the queue's depth and flow state: the producer
+is flow-stopped when the depth passes 300 and goes on when the consumer has brought it under
+150. The flow controller runs in the same session (embedded mode) and keeps the status and
+history tables under <dir>/flow. At the end: a summary, and a plot of the run drawn from the
+controller's history table.
 """
 
 from __future__ import annotations
@@ -12,12 +15,30 @@ import argparse
 import logging
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
+from pyspark.sql import DataFrame
+
 from spark_flow import QueueSink, declare, get_spark, read_queue
-from spark_flow.plot import Sample, plot_depth
+from spark_flow.controller import start_controller, stop_between_batches
+from spark_flow.status import FlowAdmin
 
 STOP, RESUME, CAPACITY = 300, 150, 200
+CONSUMER_RATE = 40  # messages a second
+
+
+def slow_consumer(output: str) -> Callable[[DataFrame, int], None]:
+    """A foreachBatch function: append the batch to ``output`` (idempotent by batch id), then
+    spend 1/CONSUMER_RATE seconds per message, as a consumer doing real work would."""
+
+    def consume(batch: DataFrame, batch_id: int) -> None:
+        rows = batch.count()
+        (batch.write.format("delta").mode("append").option("txnAppId", "spark-flow-demo-consumer")
+         .option("txnVersion", str(batch_id)).save(output))
+        time.sleep(rows / CONSUMER_RATE)
+
+    return consume
 
 
 def main() -> None:
@@ -30,24 +51,31 @@ def main() -> None:
     logging.getLogger("spark_flow.gate").setLevel(logging.INFO)
     logging.getLogger("py4j").setLevel(logging.CRITICAL)  # a producer stopped mid-write is expected here
 
-    spark = get_spark({"spark.sql.shuffle.partitions": "2"})
+    home = str(base / "flow")
+    spark = get_spark({"spark.sql.shuffle.partitions": "2", "spark.flow.home": home})
     spark.sparkContext.setLogLevel("ERROR")
+    spark.conf.set("spark.flow.home", home)  # also when the session existed already
     path = str(base / "queues" / "events")
     queue = declare(spark, path, "id BIGINT, body STRING",
                     settings={"stopCount": STOP, "resumeCount": RESUME, "capacity": CAPACITY})
     print(f"queue {path}: stop {STOP}, resume {RESUME}; producer capacity {CAPACITY}")
+    controller = start_controller(spark, trigger="2 seconds")  # leaves the 2 cores to the queues
+    admin = FlowAdmin(home)
 
-    messages = (spark.readStream.format("rate").option("rowsPerSecond", 100).load()
+    # 100 messages a trigger, one trigger a second: a held producer resumes with the next 100,
+    # not with everything a time-based rate source would have made meanwhile.
+    messages = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", 100).load()
                 .selectExpr("value AS id", "concat('event-', value) AS body"))
     producer = (messages.writeStream.foreachBatch(QueueSink(path)).queryName("demo_producer")
                 .option("checkpointLocation", str(base / "checkpoints" / "producer"))
                 .trigger(processingTime="1 second").start())
     output = str(base / "consumed")
-    consumer = (read_queue(spark, path, maxRecordsPerTrigger=40).writeStream.format("delta")
-                .queryName("demo_consumer").option("checkpointLocation", str(base / "checkpoints" / "consumer"))
-                .trigger(processingTime="1 second").start(output))
+    consumer = (read_queue(spark, path, maxRecordsPerTrigger=CAPACITY).writeStream
+                .foreachBatch(slow_consumer(output)).queryName("demo_consumer")
+                .option("checkpointLocation", str(base / "checkpoints" / "consumer"))
+                .trigger(processingTime="1 second").start())
 
-    samples: list[Sample] = []
+    max_depth = 0
     started = time.monotonic()
     while time.monotonic() - started < args.seconds or queue.depths()["default"].count > 0:
         elapsed = time.monotonic() - started
@@ -56,21 +84,21 @@ def main() -> None:
             producer.stop()
         depth = queue.depths()["default"]
         sub = queue.subscriptions.get("default")
-        samples.append(Sample(elapsed, depth.count, sub.flow_stopped))
+        max_depth = max(max_depth, depth.count)
         print(f"{elapsed:5.1f}s depth {depth.count:4d} messages  "
               f"{'PRODUCER HELD (flowStopped)' if sub.flow_stopped else 'flowing':28s} "
               f"flowStoppedCount {sub.flow_stopped_count}")
         time.sleep(1)
     producer.stop()
     consumer.stop()
+    time.sleep(2)  # a last controller look at the empty queue
+    stop_between_batches(controller)
 
     produced = spark.read.format("delta").load(path).count()
     consumed = spark.read.format("delta").load(output)
     unique = consumed.select("id").distinct().count()
     sub = queue.subscriptions.get("default")
-    max_depth = max(s.depth for s in samples)
-    chart = plot_depth(samples, queue.config().thresholds, base / "depth.png",
-                       title=f"spark-flow demo: stop {STOP}, resume {RESUME}, capacity {CAPACITY}")
+    chart = admin.plot("events", base / "depth.png")
     print("\nsummary")
     print(f"  messages produced  {produced}")
     print(f"  messages consumed  {consumed.count()} ({unique} distinct)")
@@ -78,6 +106,7 @@ def main() -> None:
     print(f"  flowStoppedCount   {sub.flow_stopped_count}")
     print(f"  plot               {chart}")
     print(f"  tables             {base}")
+    print(f"  status             .venv/bin/spark-flow --home {home} status")
 
 
 if __name__ == "__main__":

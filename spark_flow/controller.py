@@ -471,3 +471,12 @@ def start_controller(
     checkpoint = checkpoint_location or control_path(home, "checkpoints/controller")
     return (steps.writeStream.outputMode("update").foreachBatch(ControllerSink(home)).queryName(query_name)
             .option("checkpointLocation", checkpoint).trigger(processingTime=trigger).start())
+
+
+def stop_between_batches(query: StreamingQuery, timeout: float = 30.0) -> None:
+    """Stop ``query`` while none of its micro-batches runs. A stop in mid-batch interrupts the
+    state store's tasks, which Spark logs as errors (harmless: the batch is redone at restart)."""
+    deadline = time.monotonic() + timeout
+    while query.isActive and query.status["isTriggerActive"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    query.stop()

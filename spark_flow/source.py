@@ -1,12 +1,12 @@
 """The ``flowqueue`` streaming source: a subscription's messages, read in enqueue order.
 
 Offsets are queue (Delta commit) versions: ``{"version": v, "queue": path, "subscription": name}``
-means every message up to version ``v`` (queue and subscription are named in the offset, as
-Kafka's offsets name their topics, so query progress says what a consumer reads). Acknowledging moves the subscription's position in ``commit(end)`` and also in
-``latestOffset(start, ...)``: Spark commits a batch to its source only when the next batch
-starts, and when ``latestOffset`` is called with ``start``, every batch up to ``start`` is
-complete (SPARK-NOTES 4). Without that, the last batch would stay unacknowledged and a held
-producer would wait forever.
+means every message up to version ``v`` (the offset names queue and subscription, as Kafka's
+name their topics, so query progress says what a consumer reads). Acknowledging moves the
+subscription's position in ``commit(end)`` and also in ``latestOffset(start, ...)``: Spark
+commits a batch to its source only when the next batch starts, and when ``latestOffset`` is
+called with ``start``, every batch up to ``start`` is complete (SPARK-NOTES 4). Without that,
+the last batch would stay unacknowledged and a held producer would wait forever.
 
 Every method runs in Python worker processes without a SparkSession; the log and data files are
 read with ``deltalake``.

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from spark_flow.config import KEYS, PROPERTY_PREFIX, QPID_ALIASES, pattern_matches, resolve
 from spark_flow.exceptions import ConfigurationError, QueueNotFoundError, UnknownKeyError
 from spark_flow.home import Registry, control_path
+from spark_flow.plot import Sample
 from spark_flow.queue import Queue, normalize_path, open_queue
 from spark_flow.subscriptions import DEFAULT_SUBSCRIPTION, Subscription
 
@@ -29,7 +30,6 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from deltalake import DeltaTable
 
-COMMANDS = ("stop-producers", "start-producers", "set")
 #: Settings an operator cannot ``set``: they have their own command, or are not a queue's.
 NOT_SETTABLE = frozenset({"producersStopped", "home"})
 
@@ -265,17 +265,30 @@ class FlowAdmin:
 
     def plot(self, queue: str, path: str | Path, subscription: str = DEFAULT_SUBSCRIPTION) -> Path:
         """A PNG of the subscription's depth against its thresholds over time, stopped intervals shaded."""
-        from spark_flow.plot import Sample, plot_depth
+        from spark_flow.plot import plot_depth
 
         samples = [r for r in self.history(queue, subscription) if r["event"] == "sample"]
         if not samples:
             raise QueueNotFoundError(queue, f"the history in {self.home} has no samples of subscription "
                                             f"{subscription!r} yet: is the controller running?")
-        start = samples[0]["time"]
-        points = [Sample((r["time"] - start).total_seconds(), r["depth_count"],
-                         bool(r["flow_stopped"] or r["producers_stopped"]), r["stop_count"], r["resume_count"])
-                  for r in samples]
-        return plot_depth(points, None, path, title=f"queue {queue!r}, subscription {subscription!r}")
+        transitions = [r for r in self.queue(queue).history.read() if r["subscription"] == subscription]
+        return plot_depth(depth_points(samples, transitions), None, path,
+                          title=f"queue {queue!r}, subscription {subscription!r}")
+
+
+def depth_points(samples: Sequence[Mapping[str, Any]], transitions: Sequence[Mapping[str, Any]]) -> list[Sample]:
+    """The controller's samples merged with the queue's transition records, in time order, from
+    the first sample on: a transition record carries the depth at the very moment of a stop or
+    resume, which periodic samples may miss. Producers count as held while flow-stopped or
+    stopped by an operator (as the last sample before says)."""
+    start = samples[0]["time"]
+    points, manual = [], False
+    rows = [*samples, *(r for r in transitions if r["time"] >= start)]
+    for row in sorted(rows, key=lambda r: r["time"]):
+        manual = bool(row.get("producers_stopped", manual))
+        points.append(Sample((row["time"] - start).total_seconds(), row["depth_count"],
+                             bool(row["flow_stopped"]) or manual, row["stop_count"], row["resume_count"]))
+    return points
 
 
 def _setting_name(key: str, value: Any) -> str:

@@ -1,4 +1,5 @@
-"""A producer or a consumer in its own Spark application, for the kill -9 trials of test_faults.py.
+"""A producer, a consumer or a flow controller in its own Spark application, for the kill -9
+trials of test_faults.py.
 
 ``python fault_process.py producer QUEUE CHECKPOINT SOURCE_DIR CAPACITY``
     Streams the JSON files of SOURCE_DIR (``id BIGINT, producer STRING``, two files per batch)
@@ -6,8 +7,10 @@
 ``python fault_process.py consumer QUEUE CHECKPOINT OUTPUT STOP_MARKER MAX_RECORDS``
     Streams the queue's default subscription into the Delta table OUTPUT (idempotent through
     its checkpoint) until the file STOP_MARKER exists, then stops the query and exits 0.
+``python fault_process.py controller HOME CHECKPOINT``
+    Runs the flow controller of HOME (a look every 300 ms) until killed.
 
-Both restart from their checkpoints when run again with the same arguments.
+Each restarts from its checkpoint when run again with the same arguments.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import sys
 import time
 
 from spark_flow import QueueSink, get_spark, read_queue
+from spark_flow.controller import start_controller
 
 CONF = {"spark.master": "local[1]", "spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "1",
         "spark.databricks.delta.snapshotPartitions": "1", "spark.default.parallelism": "1"}
@@ -50,11 +54,21 @@ def consumer(queue: str, checkpoint: str, output: str, stop_marker: str, max_rec
     sys.exit(1 if failure else 0)
 
 
+def controller(home: str, checkpoint: str) -> None:
+    spark = get_spark(CONF)
+    spark.sparkContext.setLogLevel("ERROR")
+    query = start_controller(spark, home, checkpoint_location=checkpoint, trigger="300 milliseconds")
+    print(f"controller started {query.id}", flush=True)
+    query.awaitTermination()
+
+
 if __name__ == "__main__":
     role, args = sys.argv[1], sys.argv[2:]
     if role == "producer":
         producer(args[0], args[1], args[2], int(args[3]))
     elif role == "consumer":
         consumer(args[0], args[1], args[2], args[3], int(args[4]))
+    elif role == "controller":
+        controller(args[0], args[1])
     else:
-        raise SystemExit(f"unknown role {role!r}: producer or consumer")
+        raise SystemExit(f"unknown role {role!r}: producer, consumer or controller")

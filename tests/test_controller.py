@@ -166,12 +166,12 @@ def test_manual_stop_holds_a_producer_with_an_empty_queue_and_start_releases_it(
     try:
         wait_until(lambda: queue.refresh() > 1, 60)
         admin.stop_producers("manual")
-        wait_until(lambda: is_held(producer) and enqueues_nothing_for(queue, 2), 90)  # a write in flight lands
+        wait_until(lambda: status_of(admin, "manual").get("producers_held") is True, 60)  # applied
+        wait_until(lambda: is_held(producer) and enqueues_nothing_for(queue, 3), 90)  # a write in flight lands
         held_at = queue.refresh()
         time.sleep(3)
         assert is_held(producer) and queue.refresh() == held_at, "a stopped producer writes nothing"
         assert queue.depths()["default"].count < 1000
-        wait_until(lambda: status_of(admin, "manual").get("producers_held") is True, 60)
         status = status_of(admin, "manual")
         assert status["producers_stopped"] and status["producers_held"] and not status["flow_stopped"]
         assert status["held_since"] is not None
@@ -284,3 +284,25 @@ def test_replayed_batch_adds_only_transitions_its_first_attempt_missed(tmp_path:
     rows = DeltaTable(str(tmp_path / "home" / "_spark_flow" / "history")).to_pyarrow_table().to_pylist()
     assert sorted((r["event"], r["flow_stopped_count"]) for r in rows) == [("resumed", 1), ("sample", 1),
                                                                           ("stopped", 1)]
+
+
+def test_plot_points_take_the_depth_of_each_transition_between_samples() -> None:
+    """A stop at depth 400 between two samples at 200 shows in the plot; a manual stop keeps
+    producers held on the transition points after it; records older than the first sample are left out."""
+    from datetime import UTC, datetime, timedelta
+
+    from spark_flow.plot import Sample
+    from spark_flow.status import depth_points
+
+    t0 = datetime(2026, 11, 23, tzinfo=UTC)
+
+    def at(seconds: float, depth: int, stopped: bool, **more: object) -> dict[str, object]:
+        return {"time": t0 + timedelta(seconds=seconds), "depth_count": depth, "flow_stopped": stopped,
+                "stop_count": 300, "resume_count": 150, **more}
+
+    samples = [at(0, 200, False, producers_stopped=False), at(2, 200, True, producers_stopped=False),
+               at(4, 100, False, producers_stopped=True)]
+    transitions = [at(-5, 999, True), at(1, 400, True), at(5, 0, False)]
+    assert depth_points(samples, transitions) == [
+        Sample(0.0, 200, False, 300, 150), Sample(1.0, 400, True, 300, 150), Sample(2.0, 200, True, 300, 150),
+        Sample(4.0, 100, True, 300, 150), Sample(5.0, 0, True, 300, 150)]

@@ -1,8 +1,10 @@
-"""Faults: kill -9 of producer and consumer processes at random points, and concurrent writers.
+"""Faults: kill -9 of producer, consumer and controller processes at random points, and
+concurrent writers.
 
 DESIGN 3.3: a producer or consumer killed with SIGKILL at any point and restarted from its
 checkpoint delivers every message exactly once to an idempotent consumer sink, and
-flowStoppedCount is not doubled. Each process is its own Spark application (local[1],
+flowStoppedCount is not doubled; a controller killed and restarted from its checkpoint keeps
+status and flowStoppedCount exact and applies every operator command once. Each process is its own Spark application (local[1],
 tests/fault_process.py), started in its own process group: the kill takes the Python driver,
 its JVM and its Python workers at once, as a crashed machine would. Kill points and delays
 come from a seeded random generator, so a failing run can be replayed.
@@ -27,8 +29,10 @@ import pytest
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
+from spark_flow.home import control_path
 from spark_flow.queue import Queue, declare
 from spark_flow.sink import QueueSink
+from spark_flow.status import FlowAdmin
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
@@ -198,6 +202,83 @@ def test_kill_9_producer_and_consumer_at_random_points_delivers_exactly_once(
     assert sub.position == queue.refresh()
     assert max(r["depth_count"] for r in queue.history.read() if r["flow_stopped"]) <= 60 + 20 + 20, (
         "depth bound: stop + capacity (+ one capacity for the replay of a killed producer's batch)")
+
+
+def test_kill_9_controller_at_random_points_keeps_status_and_count_exact(
+        spark: SparkSession, tmp_path: Path, children: list[Child]) -> None:
+    """A controller process (stop 5 / resume 2, plain appends: no gate, so only the controller
+    steps the flow machine) is killed three times: just after the depth passes stop, while the
+    queue fills again, and just after an operator command. Each restart from the checkpoint
+    finds the flow state where it was; at the end the status, the subscription and both
+    histories show exactly two stops and two resumes, and the command was applied once."""
+    rng = random.Random(SEED + 1)
+    home, path = str(tmp_path / "home"), str(tmp_path / "q")
+    queue = declare(spark, path, SCHEMA, settings={"stopCount": 5, "resumeCount": 2})
+    admin = FlowAdmin(home)
+    admin.register(path)
+    logs = tmp_path / "logs"
+    logs.mkdir()
+
+    def controller() -> Child:
+        return Child("controller", [home, str(tmp_path / "chk")], logs, children)
+
+    def status() -> dict[str, object]:
+        rows = admin.status("q").to_dict("records")
+        return rows[0] if rows else {}
+
+    def shows(**expected: object) -> Callable[[], bool]:
+        return lambda: all(status().get(k) == v for k, v in expected.items())
+
+    def append(first: int) -> None:
+        spark.range(first, first + 10).selectExpr("id", "'p' AS producer").write.format("delta").mode(
+            "append").save(path)
+
+    def applied() -> list[str]:
+        """The commands the controller's history records as applied, in order."""
+        history = DeltaTable(control_path(home, "history")).to_pyarrow_table().to_pylist()
+        return [r["detail"].split(":")[1].strip() for r in history if r["event"].startswith("command")]
+
+    def kill_soon(child: Child) -> None:
+        assert child.alive(), child.tail()
+        time.sleep(rng.uniform(0.0, 1.2))  # a random point of the controller's next batches
+        child.kill()
+
+    c = controller()
+    wait_for(shows(flow_stopped=False, flow_stopped_count=0), WAIT, "controller watching", children)
+    append(0)  # depth 10 > stop 5
+    kill_soon(c)
+    c = controller()
+    wait_for(shows(flow_stopped=True, flow_stopped_count=1), WAIT, "first stop", children)
+    queue.acknowledge("default", queue.refresh())
+    wait_for(shows(flow_stopped=False, flow_stopped_count=1), WAIT, "first resume", children)
+
+    append(10)
+    kill_soon(c)  # before or after it saw the second stop
+    queue.acknowledge("default", queue.refresh() - 1)  # depth 0, then 10 again while it is down
+    append(20)
+    c = controller()
+    wait_for(shows(flow_stopped=True, flow_stopped_count=2), WAIT, "second stop", children)
+
+    admin.stop_producers("q")
+    kill_soon(c)  # before, while or after it applies the command
+    c = controller()
+    wait_for(shows(producers_held=True), WAIT, "manual stop applied", children)
+    admin.start_producers("q")
+    queue.acknowledge("default", queue.refresh())
+    wait_for(lambda: shows(flow_stopped=False, producers_stopped=False, depth_count=0)() and len(applied()) == 2,
+             WAIT, "resumed, drained and recorded", children)
+    c.kill()
+
+    final = status()
+    assert (final["flow_stopped"], final["flow_stopped_count"], final["producers_held"]) == (False, 2, False)
+    sub = queue.subscriptions.get("default")
+    assert (sub.flow_stopped, sub.flow_stopped_count) == (False, 2)
+    transitions = [(r["event"], r["flow_stopped_count"]) for r in admin.history("q") if r["event"] in
+                   ("stopped", "resumed")]
+    assert transitions == [("stopped", 1), ("resumed", 1), ("stopped", 2), ("resumed", 2)]
+    assert [r["flow_stopped_count"] for r in queue.history.read()] == [1, 1, 2, 2]
+    assert applied() == ["stop-producers", "start-producers"], "each command applied (and recorded) once"
+    assert queue.overrides.settings() == {"producersStopped": "false"}
 
 
 def test_concurrent_producers_and_acknowledgements_retry_and_lose_nothing(spark: SparkSession,
