@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from spark_flow import ConfigurationError, SparkFlowError, get_spark
 from spark_flow.config import flow_conf, parse_size
+from spark_flow.session import exit_process
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -222,14 +223,14 @@ def main_guard(main: Callable[[Sequence[str] | None], None], argv: Sequence[str]
         main(argv)
     except ConfigurationError as error:
         print(f"error: {error}", file=sys.stderr, flush=True)
-        sys.exit(EXIT_USAGE)
+        exit_process(EXIT_USAGE)
     except SparkFlowError as error:
         print(f"error: {type(error).__name__}: {error}", file=sys.stderr, flush=True)
-        sys.exit(EXIT_FAILED)
+        exit_process(EXIT_FAILED)
     except JobError as error:
         print(f"error: {error}", file=sys.stderr, flush=True)
-        sys.exit(error.status)
-    sys.exit(0)
+        exit_process(error.status)
+    exit_process(0)
 
 
 def flow_conf_of(spark: SparkSession) -> dict[str, str]:

@@ -15,7 +15,7 @@ import tempfile
 import time
 
 from spark_flow import QueueSink, declare, get_spark, read_queue
-from spark_flow.controller import start_controller
+from spark_flow.controller import start_controller, stop_between_batches
 from spark_flow.status import FlowAdmin
 
 spark = get_spark()
@@ -53,19 +53,20 @@ controller = start_controller(spark, trigger="1 second")
 
 # COMMAND ----------
 
-# MAGIC %md A producer of 50 orders a second with a capacity window of 30, and a consumer that takes
-# MAGIC at most 15 per second: the queue fills, the producer is held above 150 and goes on under 60.
+# MAGIC %md A producer of batches of 60 orders (one a second at most, its capacity window 60), and a
+# MAGIC consumer that takes one batch every 5 seconds (12 orders a second): the queue fills, the
+# MAGIC producer is held above 150 and goes on under 60.
 
 # COMMAND ----------
 
-orders = (spark.readStream.format("rate").option("rowsPerSecond", 50).load()
+orders = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", 60).load()
           .selectExpr("value AS order_id", "concat('customer-', value % 7) AS customer",
                       "CAST(value * 1.5 AS DOUBLE) AS amount"))
-producer = (orders.writeStream.foreachBatch(QueueSink(queue_path, options={"capacity": 30}))
+producer = (orders.writeStream.foreachBatch(QueueSink(queue_path, options={"capacity": 60}))
             .option("checkpointLocation", f"{base}/checkpoints/producer").trigger(processingTime="1 second")
             .queryName("orders_producer").start())
-consumer = (read_queue(spark, queue_path, maxRecordsPerTrigger=15).writeStream.format("delta")
-            .option("checkpointLocation", f"{base}/checkpoints/consumer").trigger(processingTime="1 second")
+consumer = (read_queue(spark, queue_path, maxRecordsPerTrigger=60).writeStream.format("delta")
+            .option("checkpointLocation", f"{base}/checkpoints/consumer").trigger(processingTime="5 seconds")
             .queryName("orders_consumer").start(f"{base}/out/orders"))
 wait_for("the producer is held (flowStopped)", lambda: status().get("flow_stopped") is True)
 print(admin.status().T)  # on Databricks: display(admin.status())
@@ -110,7 +111,7 @@ producer.stop()
 wait_for("the queue drained", lambda: queue.depths()["default"].count == 0)
 consumer.stop()
 time.sleep(3)  # one more controller look at the empty queue
-controller.stop()
+stop_between_batches(controller)  # not in mid-batch: that would log the state store's interruption
 produced = spark.read.format("delta").load(queue_path)
 delivered = spark.read.format("delta").load(f"{base}/out/orders")
 final = status()

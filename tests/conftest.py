@@ -28,3 +28,13 @@ def spark() -> Iterator[SparkSession]:
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def no_query_outlives_its_module(spark: SparkSession) -> Iterator[None]:
+    """Stop streaming queries a module left running: a forgotten query would go on taking one of
+    the two cores from every test after it."""
+    yield
+    for query in spark.streams.active:
+        print(f"\nstopping query {query.name or query.id}, left running by a test module")
+        query.stop()

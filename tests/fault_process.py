@@ -21,6 +21,7 @@ import time
 
 from spark_flow import QueueSink, get_spark, read_queue
 from spark_flow.controller import start_controller
+from spark_flow.session import exit_process
 
 CONF = {"spark.master": "local[1]", "spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "1",
         "spark.databricks.delta.snapshotPartitions": "1", "spark.default.parallelism": "1"}
@@ -36,7 +37,7 @@ def producer(queue: str, checkpoint: str, source: str, capacity: int) -> None:
     print(f"producer started {query.id}", flush=True)
     query.awaitTermination()
     print("producer done", flush=True)
-    spark.stop()
+    exit_process(0)
 
 
 def consumer(queue: str, checkpoint: str, output: str, stop_marker: str, max_records: int) -> None:
@@ -50,8 +51,7 @@ def consumer(queue: str, checkpoint: str, output: str, stop_marker: str, max_rec
     failure = query.exception()
     query.stop()
     print(f"consumer done {failure}", flush=True)
-    spark.stop()
-    sys.exit(1 if failure else 0)
+    exit_process(1 if failure else 0)
 
 
 def controller(home: str, checkpoint: str) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import sys
 
 from spark_flow import QueueSink, get_spark
+from spark_flow.session import exit_process
 
 
 def main(queue: str, name: str, batches: int, rows: int) -> None:
@@ -17,7 +18,7 @@ def main(queue: str, name: str, batches: int, rows: int) -> None:
     sink = QueueSink(queue, app_id=f"process-{name}")
     for batch_id in range(batches):
         sink(spark.range(batch_id * rows, (batch_id + 1) * rows).selectExpr("id", f"'{name}' AS producer"), batch_id)
-    spark.stop()
+    exit_process(0)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ def test_controller_job_stops_a_deep_queue_and_applies_commands(spark: SparkSess
     spark.range(10).write.format("delta").mode("append").save(path)
     command = admin.stop_producers("jq")  # issued while no controller runs: applied when it starts
 
-    result = spark_submit("controller", "--run-seconds", "40", "--trigger", "500ms", conf={"spark.flow.home": home})
+    result = spark_submit("controller", "--run-seconds", "15", "--trigger", "500ms", conf={"spark.flow.home": home})
     assert result.returncode == 0, failure(result)
     lines = progress(result.stdout, "controller")
     assert lines, failure(result)

@@ -19,7 +19,7 @@ PRODUCER = Path(__file__).parent / "producer_process.py"
 def test_two_producer_processes_counts_and_depth_exact(spark: SparkSession, tmp_path: Path) -> None:
     path = str(tmp_path / "q")
     queue = declare(spark, path, "id BIGINT, producer STRING")
-    batches, rows = 5, 40
+    batches, rows = 3, 40
     procs = [subprocess.Popen([sys.executable, str(PRODUCER), path, name, str(batches), str(rows)],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for name in ("p1", "p2")]
