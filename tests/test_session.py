@@ -16,7 +16,7 @@ def test_session_has_delta_and_the_running_interpreter(spark: SparkSession) -> N
     assert "io.delta.sql.DeltaSparkSessionExtension" in conf.get("spark.sql.extensions")
     assert conf.get("spark.sql.catalog.spark_catalog").endswith("DeltaCatalog")
     assert DELTA_PACKAGE in conf.get("spark.jars.packages")
-    jars = " ".join(spark.sparkContext._jsc.sc().listJars().mkString(" ").split())
+    jars = spark.sparkContext._jsc.sc().listJars().mkString(" ")
     assert "delta-spark_4.2_2.13-4.4.0.jar" in jars and "delta-storage-4.4.0.jar" in jars
     assert "hadoop-client-runtime" not in jars, "Spark's own hadoop client is not fetched again"
     assert conf.get("spark.pyspark.python") == sys.executable
