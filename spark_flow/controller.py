@@ -16,6 +16,7 @@ controller lags or is down.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
@@ -27,7 +28,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit
 
 from spark_flow.config import CONF_PREFIX, check_options, flow_conf, parse_count, parse_duration, pattern_matches
-from spark_flow.exceptions import ConfigurationError
+from spark_flow.exceptions import ConfigurationError, SubscriptionNotFoundError
 from spark_flow.home import HOME_CONF, Registry, control_path
 from spark_flow.queue import normalize_path, open_queue, queue_location
 from spark_flow.state import FlowState, Thresholds
@@ -377,17 +378,24 @@ class ControllerSink:
 
     @staticmethod
     def _transition(row: Mapping[str, Any]) -> None:
-        """Record the controller's transition in the subscriptions table, if nobody did yet."""
-        if (row["flow_stopped"], row["flow_stopped_count"]) == (row["recorded_stopped"], row["recorded_count"]):
-            return
-        queue = open_queue(row["path"])
-        before = Subscription(row["subscription"], row["position"], row["recorded_stopped"], row["recorded_count"])
-        if queue.subscriptions.transition(before, row["flow_stopped"], row["flow_stopped_count"]):
-            from spark_flow.ledger import Depth
+        """Record the controller's transition in the subscriptions table, if nobody did yet, and
+        make sure the queue's history has the row of the state it adopted and of its own."""
+        from spark_flow.ledger import Depth
 
-            thresholds = Thresholds(row["stop_count"], row["resume_count"], row["stop_size"], row["resume_size"])
-            queue.history.record(row["subscription"], FlowState(row["flow_stopped"], row["flow_stopped_count"]),
-                                 Depth(row["depth_count"], row["depth_size"]), thresholds)
+        queue = open_queue(row["path"])
+        depth = Depth(row["depth_count"], row["depth_size"])
+        thresholds = Thresholds(row["stop_count"], row["resume_count"], row["stop_size"], row["resume_size"])
+        before = Subscription(row["subscription"], row["position"], row["recorded_stopped"], row["recorded_count"])
+        if (row["flow_stopped"], row["flow_stopped_count"]) == (before.flow_stopped, before.flow_stopped_count):
+            changed = False
+        else:
+            changed = queue.subscriptions.transition(before, row["flow_stopped"], row["flow_stopped_count"])
+        state = (row["flow_stopped"], row["flow_stopped_count"]) if changed else (before.flow_stopped,
+                                                                                   before.flow_stopped_count)
+        if queue.history.unconfirmed(before.name, *state):
+            # read the row as it is now, with its creation time (its history counts from there)
+            with contextlib.suppress(SubscriptionNotFoundError):
+                queue.history.ensure(queue.subscriptions.get(before.name), depth, thresholds)
 
 
 def _ts(ms: int | None) -> Any:

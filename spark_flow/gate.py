@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from spark_flow.config import FlowConfig
@@ -83,6 +83,7 @@ class Gate:
             depths = {s.name: queue.ledger.depth(s.position, latest) for s in subs}
             states, raced = {}, False
             for sub in subs:
+                queue.history.ensure(sub, depths[sub.name], config.thresholds)
                 before = FlowState(sub.flow_stopped, sub.flow_stopped_count)
                 after = before.observe(config.thresholds, depths[sub.name].count, depths[sub.name].size)
                 if after != before:
@@ -90,7 +91,9 @@ class Gate:
                         raced = True
                         break
                     _log_transition(queue.name, sub.name, after, depths[sub.name], config.thresholds)
-                    queue.history.record(sub.name, after, depths[sub.name], config.thresholds)
+                    queue.history.record(replace(sub, flow_stopped=after.flow_stopped,
+                                                 flow_stopped_count=after.flow_stopped_count),
+                                         depths[sub.name], config.thresholds)
                 states[sub.name] = after
             if not raced:
                 if subs:

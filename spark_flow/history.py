@@ -1,8 +1,12 @@
 """The transition history of one queue: every flow STOPPED / RESUMED, with the depth and the
-thresholds that caused it, appended to a small Delta table beside the subscriptions.
+thresholds that caused it, in a small Delta table beside the subscriptions.
 
-Appends are blind Delta commits through ``deltalake``, so gates in several processes record
-transitions without a lock and without a SparkSession.
+A transition is recorded after its compare-and-set into the subscriptions table, so a process
+killed between the two leaves a state without its row. Every observer therefore makes sure the
+states it sees have their row (``ensure``), and a row is inserted only if none shows the same
+transition yet (a ``deltalake`` MERGE keyed by subscription, direction and flowStoppedCount):
+gates and controllers in several processes record each transition once, without a lock and
+without a SparkSession.
 """
 
 from __future__ import annotations
@@ -11,11 +15,16 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from spark_flow.subscriptions import retry_commit
+
 if TYPE_CHECKING:
     import pyarrow as pa
 
     from spark_flow.ledger import Depth
-    from spark_flow.state import FlowState, Thresholds
+    from spark_flow.state import Thresholds
+    from spark_flow.subscriptions import Subscription
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def _schema() -> pa.Schema:
@@ -43,21 +52,54 @@ class HistoryTable:
         self.location = location
         self.queue = queue
         self._storage_options = dict(storage_options or {}) or None
+        self._recorded: set[tuple[str, bool, int]] = set()  # states this process knows have their row
 
-    def record(self, subscription: str, state: FlowState, depth: Depth, thresholds: Thresholds) -> None:
-        """Append one transition."""
+    def record(self, sub: Subscription, depth: Depth, thresholds: Thresholds) -> None:
+        """Record the transition that brought ``sub`` to its flow state, unless a row since the
+        subscription was created shows it already."""
         import pyarrow as pa
-        from deltalake import write_deltalake
+        from deltalake import DeltaTable, write_deltalake
 
+        key = (sub.name, sub.flow_stopped, sub.flow_stopped_count)
         row = {
-            "time": datetime.now(UTC), "queue": self.queue, "subscription": subscription,
-            "flow_stopped": state.flow_stopped, "flow_stopped_count": state.flow_stopped_count,
+            "time": datetime.now(UTC), "queue": self.queue, "subscription": sub.name,
+            "flow_stopped": sub.flow_stopped, "flow_stopped_count": sub.flow_stopped_count,
             "depth_count": depth.count, "depth_size": depth.size,
             "stop_count": thresholds.stop_count, "resume_count": thresholds.resume_count,
             "stop_size": thresholds.stop_size, "resume_size": thresholds.resume_size,
         }
-        write_deltalake(self.location, pa.Table.from_pylist([row], schema=_schema()), mode="append",
-                        storage_options=self._storage_options)
+        rows = pa.Table.from_pylist([row], schema=_schema())
+        if not DeltaTable.is_deltatable(self.location, storage_options=self._storage_options):
+            try:
+                write_deltalake(self.location, rows, mode="error", storage_options=self._storage_options)
+                self._recorded.add(key)
+                return
+            except Exception:
+                # Another process created it first: merge into that one.
+                if not DeltaTable.is_deltatable(self.location, storage_options=self._storage_options):
+                    raise
+        source = rows.append_column("since", pa.array([sub.created_at or _EPOCH], pa.timestamp("us", tz="UTC")))
+
+        def attempt() -> None:
+            table = DeltaTable(self.location, storage_options=self._storage_options)
+            (table.merge(source, source_alias="s", target_alias="t",
+                         predicate="t.subscription = s.subscription AND t.flow_stopped = s.flow_stopped "
+                                   "AND t.flow_stopped_count = s.flow_stopped_count AND t.time >= s.since")
+             .when_not_matched_insert({name: f"s.{name}" for name in _schema().names}).execute())
+
+        retry_commit(attempt)
+        self._recorded.add(key)
+
+    def ensure(self, sub: Subscription, depth: Depth, thresholds: Thresholds) -> None:
+        """Make sure the transition behind ``sub``'s state has its row: the process that made it
+        may have been killed before recording it. Costs a MERGE the first time this process sees
+        a state, nothing after; a row added here has the depth seen now."""
+        if self.unconfirmed(sub.name, sub.flow_stopped, sub.flow_stopped_count):
+            self.record(sub, depth, thresholds)
+
+    def unconfirmed(self, subscription: str, flow_stopped: bool, flow_stopped_count: int) -> bool:
+        """Whether this process has not yet seen the row of this state (count 0 needs none)."""
+        return flow_stopped_count > 0 and (subscription, flow_stopped, flow_stopped_count) not in self._recorded
 
     def read(self) -> list[dict]:
         """Every recorded transition, oldest first."""

@@ -121,7 +121,7 @@ def assert_flow_stopped_count_right(queue: Queue, subscription: str = "default")
 
 def test_kill_9_producer_and_consumer_at_random_points_delivers_exactly_once(
         spark: SparkSession, tmp_path: Path, children: list[Child]) -> None:
-    """Stop 60 / resume 30, producer capacity 20 (chunks of 20 between gate looks), 400 ids in
+    """Stop 60 / resume 30, producer capacity 25 (chunks of 25 between gate looks), 400 ids in
     batches of 50, consumer admitting 100 per trigger. Kills: producer while held, consumer while
     consuming (twice), producer while writing; each restarted from its checkpoint. Every id
     is enqueued once and delivered once; flowStoppedCount matches the history; drained, flow is OFF."""
@@ -135,7 +135,7 @@ def test_kill_9_producer_and_consumer_at_random_points_delivers_exactly_once(
     kills: list[str] = []
 
     def producer() -> Child:
-        return Child("producer", [path, str(tmp_path / "chk-p"), str(tmp_path / "source"), "20"], logs, children)
+        return Child("producer", [path, str(tmp_path / "chk-p"), str(tmp_path / "source"), "25"], logs, children)
 
     def consumer() -> Child:
         return Child("consumer", [path, str(tmp_path / "chk-c"), output, str(stop_marker), "100"], logs, children)
@@ -200,7 +200,7 @@ def test_kill_9_producer_and_consumer_at_random_points_delivers_exactly_once(
     sub = queue.subscriptions.get("default")
     assert not sub.flow_stopped, "drained, the subscription ends flow-OFF"
     assert sub.position == queue.refresh()
-    assert max(r["depth_count"] for r in queue.history.read() if r["flow_stopped"]) <= 60 + 20 + 20, (
+    assert max(r["depth_count"] for r in queue.history.read() if r["flow_stopped"]) <= 60 + 25 + 25, (
         "depth bound: stop + capacity (+ one capacity for the replay of a killed producer's batch)")
 
 

@@ -149,3 +149,22 @@ def test_wait_holds_until_a_consumer_acknowledges_or_the_query_stops(spark: Spar
     assert not status.stopped and status.depth.count == 0
     assert 0.4 <= held < 5
     assert status.flow_stopped_count == 1
+
+
+def test_a_transition_whose_recorder_died_gets_its_history_row_once(spark: SparkSession, tmp_path: Path) -> None:
+    """A process killed between the compare-and-set and its history row (simulated: the
+    transition is set directly) leaves STOPPED 1 without a row; the next gate to look adds it,
+    and neither that gate nor another recording the same transition adds it twice."""
+    path = str(tmp_path / "q")
+    declare(spark, path, SCHEMA, settings={"stopCount": 5, "resumeCount": 3})
+    append(path, range(8))
+    queue = Queue(path)
+    queue.subscriptions.transition(queue.subscriptions.get("default"), True, 1)
+    assert queue.history.read() == []
+
+    status = Gate(Queue(path)).observe()
+    assert status.stopped and status.flow_stopped_count == 1
+    Gate(Queue(path)).observe()
+    queue.history.record(queue.subscriptions.get("default"), Depth(8, 0), status.thresholds)
+    rows = queue.history.read()
+    assert [(r["flow_stopped"], r["flow_stopped_count"], r["depth_count"]) for r in rows] == [(True, 1, 8)]
