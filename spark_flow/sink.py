@@ -155,6 +155,7 @@ class QueueSink:
         self.last: dict[str, BatchReport] = {}
         self._locations: dict[str, str] = {}
         self._held: dict[str, float] = {}  # seconds the current batch was held, per queue path
+        self._sizes: dict[str, Column] = {}  # message_size by schema (JSON)
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         spark = batch.sparkSession
@@ -169,20 +170,24 @@ class QueueSink:
         parts = self._route(batch)
         gates = {dest: Gate(open_queue(self._location(spark, dest)), self.settings, conf) for dest in parts}
         self._held = dict.fromkeys((gate.queue.path for gate in gates.values()), 0.0)
-        self._check(parts, gates, conf)
-        enqueued = {dest: self._enqueue(part, gates[dest], app_id, batch_id, is_active) for dest, part in parts.items()}
+        rows = self._check(parts, gates, conf)
+        enqueued = {dest: self._enqueue(part, gates[dest], app_id, batch_id, is_active) for dest, part in rows.items()}
         self._hold(batch_id, gates, enqueued, is_active)
 
-    def _check(self, parts: Mapping[str, DataFrame], gates: Mapping[str, Gate], conf: Mapping[str, Any]) -> None:
+    def _check(self, parts: Mapping[str, DataFrame], gates: Mapping[str, Gate],
+               conf: Mapping[str, Any]) -> dict[str, DataFrame]:
         """Every destination's schema and settings, before the first write: a batch routed to
-        several queues is refused whole, never enqueued into some of them."""
+        several queues is refused whole, never enqueued into some of them. Returns each part
+        with its columns in its queue's order."""
         from pyspark.sql.pandas.types import from_arrow_schema
 
+        conformed = {}
         for dest, part in parts.items():
             queue = gates[dest].queue
             queue.refresh()
-            conform(part, from_arrow_schema(queue.schema()), queue.name)
+            conformed[dest] = conform(part, from_arrow_schema(queue.schema()), queue.name)
             queue.config(self.settings, conf)
+        return conformed
 
     def _location(self, spark: SparkSession, queue: str) -> str:
         if queue not in self._locations:
@@ -204,18 +209,16 @@ class QueueSink:
                                       f"route column {self.route_column!r} is null in some rows")
         return {d: batch.filter(column == d).drop(self.route_column) for d in sorted(destinations)}
 
-    def _enqueue(self, batch: DataFrame, gate: Gate, app_id: str, batch_id: int,
+    def _enqueue(self, rows: DataFrame, gate: Gate, app_id: str, batch_id: int,
                  is_active: Callable[[], bool]) -> Depth:
-        """Write one queue's part of the batch, in chunks when flow control asks for it.
+        """Write one queue's part of the batch (its columns conformed), in chunks when flow
+        control asks for it.
 
         Returns the messages and bytes of the part (already enqueued ones included)."""
         from pyspark.sql import functions as F
-        from pyspark.sql.pandas.types import from_arrow_schema
 
         queue = gate.queue
-        queue.refresh()
-        rows = conform(batch, from_arrow_schema(queue.schema()), queue.name)
-        size = message_size(rows.schema, self.size_column)
+        size = self._message_size(rows.schema)
         count, total_size = rows.agg(F.count(F.lit(1)), F.coalesce(F.sum(size), F.lit(0))).first()
         base = batch_id * TXN_SPAN
         last = queue.transaction_version(app_id)
@@ -239,6 +242,13 @@ class QueueSink:
             queue.refresh()
             queue.discard_oldest(status.config)
         return Depth(count, total_size)
+
+    def _message_size(self, schema: StructType) -> Column:
+        """:func:`message_size` of a schema, built once: it costs a py4j call per column."""
+        key = schema.json()
+        if key not in self._sizes:
+            self._sizes[key] = message_size(schema, self.size_column)
+        return self._sizes[key]
 
     def _write_chunks(self, rows: DataFrame, size: Column, gate: Gate, status: GateStatus, app_id: str,
                       batch_id: int, done: int, count: int, is_active: Callable[[], bool]) -> None:
