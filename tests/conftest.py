@@ -4,7 +4,6 @@ one class-data archive shared by every JVM the suite starts."""
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -25,9 +24,6 @@ TEST_CONF = {
     "spark.sql.streaming.stopTimeout": "60s",
     "spark.pyspark.python": sys.executable,
 }
-
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -54,15 +50,13 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 def _archive_classes(archive: Path, quiet: str) -> None:
     """Run the producer job for 4 s through spark-submit, whose driver JVM writes the classes it
     loaded to ``archive`` when it exits (spark-submit returns after that)."""
+    from test_jobs import failure, spark_submit
+
     with tempfile.TemporaryDirectory() as queue:
-        subprocess.run(
-            [str(Path(sys.executable).parent / "spark-submit"),
-             "--properties-file", str(ROOT / "conf" / "spark-defaults.conf"),
-             "--conf", "spark.master=local[1]", "--conf", "spark.ui.enabled=false",
-             "--conf", f"spark.driver.extraJavaOptions=-Xss16m -XX:ArchiveClassesAtExit={archive} {quiet}",
-             str(ROOT / "jobs" / "producer.py"), "--queue", f"{queue}/q", "--run-seconds", "4"],
-            env={**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable},
-            capture_output=True, check=True, timeout=600)
+        result = spark_submit("producer", "--queue", f"{queue}/q", "--run-seconds", "4", timeout=600,
+                              conf={"spark.driver.extraJavaOptions": f"-Xss16m -XX:ArchiveClassesAtExit={archive} {quiet}"})
+    if result.returncode != 0:
+        raise RuntimeError(f"making the class-data archive failed: {failure(result)}")
 
 
 @pytest.fixture(scope="session")
