@@ -3,12 +3,18 @@
 Producer side: the same stream (a Delta source table, ``maxFilesPerTrigger`` 4) written by a plain
 Delta streaming sink, by a foreachBatch doing Delta's idempotent write (``txnAppId`` /
 ``txnVersion``, the pattern Delta documents for foreachBatch) and by ``QueueSink`` (thresholds
-never reached), ``availableNow``. The middle one tells spark-flow's own cost from foreachBatch's.
+never reached), ``availableNow``, each into its own declared queue table, so the three tables
+are alike (properties, versions, Delta checkpoints). The middle one tells spark-flow's own cost
+from foreachBatch's.
 Consumer side: the queue table the sink wrote, read to the end by the native Delta streaming
 source and by the ``flowqueue`` source (a new subscription at ``earliest``), both into Spark's
-``noop`` sink so the time is the source's, ``availableNow``. Each side alternates its two
-variants for ``--rounds`` rounds; the best time of each counts. Prints and writes JSON with the
-time ratios and a bar chart of the throughputs (PNG beside the JSON).
+``noop`` sink so the time is the source's, ``availableNow``.
+
+After one warm-up round (not counted), each side runs its variants for ``--rounds`` rounds, the
+producers in a rotating order. A ratio is the median over rounds of the two variants' time
+ratio in the same round: this machine's speed drifts by more than the overhead measured, and
+comparing neighbours cancels the drift. Prints and writes JSON with the times, the ratios and
+a bar chart of the median throughputs (PNG beside the JSON).
 
     .venv/bin/python bench/overhead.py [--rows 200000] [--commits 20] [--out bench/overhead.json]
 """
@@ -18,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import tempfile
 import time
 from collections.abc import Callable
@@ -33,7 +40,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--commits", type=int, default=20)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--out", default="bench/overhead.json")
     args = parser.parse_args()
     load = os.getloadavg()
@@ -52,23 +59,29 @@ def main() -> None:
         start(stream).awaitTermination()
         return time.perf_counter() - began
 
-    results: dict[str, list[float]] = {"plain_delta": [], "foreach_batch_delta": [], "queue_sink": []}
+    def produce(variant: str, tag: str) -> float:
+        table, checkpoint = str(base / f"{variant}{tag}"), str(base / f"cp_{variant}{tag}")
+        # Every variant writes its own declared queue table, so the tables are alike (same
+        # properties, same versions, the same Delta checkpoints fall in the run).
+        declare(spark, table, "id BIGINT, body STRING", settings={"stopCount": 10 * args.rows})
+        if variant == "plain_delta":
+            return run(lambda s: s.writeStream.format("delta").option("checkpointLocation", checkpoint)
+                       .trigger(availableNow=True).start(table))
+        sink = IdempotentWrite(table) if variant == "foreach_batch_delta" else QueueSink(
+            table, options={"capacity": args.rows})
+        return run(lambda s: s.writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint)
+                   .trigger(availableNow=True).start())
+
+    producers = ["plain_delta", "foreach_batch_delta", "queue_sink"]
+    for variant in producers:  # warm-up: the JVM's JIT and Spark's caches, not counted
+        produce(variant, "_warmup")
+    results: dict[str, list[float]] = {variant: [] for variant in producers}
     for round_ in range(args.rounds):
-        plain, queue = str(base / f"plain{round_}"), str(base / f"queue{round_}")
-        declare(spark, queue, "id BIGINT, body STRING", settings={"stopCount": 10 * args.rows})
-        results["plain_delta"].append(run(lambda s, p=plain, r=round_: s.writeStream.format("delta")
-                                          .option("checkpointLocation", str(base / f"cp_plain{r}"))
-                                          .trigger(availableNow=True).start(p)))
-        results["foreach_batch_delta"].append(run(lambda s, r=round_: s.writeStream
-                                                  .foreachBatch(IdempotentWrite(str(base / f"fb{r}")))
-                                                  .option("checkpointLocation", str(base / f"cp_fb{r}"))
-                                                  .trigger(availableNow=True).start()))
-        results["queue_sink"].append(run(lambda s, q=queue, r=round_: s.writeStream
-                                         .foreachBatch(QueueSink(q, options={"capacity": args.rows}))
-                                         .option("checkpointLocation", str(base / f"cp_queue{r}"))
-                                         .trigger(availableNow=True).start()))
+        order = producers[round_ % 3:] + producers[:round_ % 3]  # no variant always runs first
+        for variant in order:
+            results[variant].append(produce(variant, str(round_)))
     # Consumer side: read the queue the sink wrote in round 0 to its end, both ways.
-    queue = str(base / "queue0")
+    queue = str(base / "queue_sink0")
     handle = open_queue(queue)
     for round_ in range(args.rounds):
         results.setdefault("delta_source", []).append(run_reader(
@@ -76,15 +89,16 @@ def main() -> None:
         handle.create_subscription(f"bench{round_}", "earliest")
         results.setdefault("flowqueue_source", []).append(run_reader(
             read_queue(spark, queue, subscription=f"bench{round_}"), str(base / f"cp_read_flow{round_}")))
-    best = {k: min(v) for k, v in results.items()}
+    medians = {k: statistics.median(v) for k, v in results.items()}
     report = {
         "machine": {"cpus": os.cpu_count(), "loadavg_at_start": load},
         "rows": args.rows, "source_commits": args.commits, "rounds": args.rounds, "seconds": results,
-        "rows_per_second": {k: args.rows / v for k, v in best.items()},
-        "queue_sink_over_plain_time_ratio": best["queue_sink"] / best["plain_delta"],
-        "foreach_batch_over_plain_time_ratio": best["foreach_batch_delta"] / best["plain_delta"],
-        "queue_sink_over_foreach_batch_time_ratio": best["queue_sink"] / best["foreach_batch_delta"],
-        "flowqueue_over_delta_source_time_ratio": best["flowqueue_source"] / best["delta_source"],
+        "rows_per_second": {k: args.rows / v for k, v in medians.items()},
+        "queue_sink_over_plain_time_ratio": paired_ratio(results["queue_sink"], results["plain_delta"]),
+        "foreach_batch_over_plain_time_ratio": paired_ratio(results["foreach_batch_delta"], results["plain_delta"]),
+        "queue_sink_over_foreach_batch_time_ratio": paired_ratio(results["queue_sink"],
+                                                                 results["foreach_batch_delta"]),
+        "flowqueue_over_delta_source_time_ratio": paired_ratio(results["flowqueue_source"], results["delta_source"]),
         "queue_commits_read": handle.refresh(),
     }
     out = Path(args.out)
@@ -92,6 +106,12 @@ def main() -> None:
     out.write_text(json.dumps(report, indent=2))
     plot(report, out.with_suffix(".png"))
     print(json.dumps(report, indent=2))
+
+
+def paired_ratio(times: list[float], baseline: list[float]) -> float:
+    """The median over rounds of each round's time ratio: a variant is compared with the
+    baseline run beside it, so a slow spell of the machine cancels out."""
+    return statistics.median(t / b for t, b in zip(times, baseline, strict=True))
 
 
 class IdempotentWrite:
@@ -127,7 +147,7 @@ def plot(report: dict, path: Path) -> None:
               "consumer:\nDelta source", "consumer:\nflowqueue"]
     bars = ax.bar(labels, [rates[n] for n in names], color=["tab:gray", "tab:gray", "tab:blue", "tab:gray", "tab:blue"])
     ax.bar_label(bars, fmt="%.0f")
-    ax.set_ylabel("rows per second (best round)")
+    ax.set_ylabel("rows per second (median round)")
     ax.set_title(f"{report['rows']:,} rows: QueueSink/plain time x{report['queue_sink_over_plain_time_ratio']:.2f}, "
                  f"flowqueue/Delta time x{report['flowqueue_over_delta_source_time_ratio']:.2f}", fontsize="medium")
     fig.tight_layout()

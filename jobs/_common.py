@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from spark_flow import ConfigurationError, SparkFlowError, get_spark
-from spark_flow.config import flow_conf, parse_size
+from spark_flow.config import flow_conf, parse_size, session_flow_conf
 from spark_flow.session import exit_process
 
 if TYPE_CHECKING:
@@ -124,7 +124,7 @@ def start_session(app_name: str, verbose: bool, check: Callable[[dict[str, str]]
     logging.getLogger("py4j").setLevel(logging.CRITICAL)
     spark = get_spark({"spark.app.name": app_name})
     spark.sparkContext.setLogLevel("ERROR")
-    check(flow_conf_of(spark))
+    check(session_flow_conf(spark))
     return spark
 
 
@@ -231,8 +231,3 @@ def main_guard(main: Callable[[Sequence[str] | None], None], argv: Sequence[str]
         print(f"error: {error}", file=sys.stderr, flush=True)
         exit_process(error.status)
     exit_process(0)
-
-
-def flow_conf_of(spark: SparkSession) -> dict[str, str]:
-    """The session's ``spark.flow.*`` conf (spark-submit --conf, --properties-file, spark-defaults)."""
-    return flow_conf(spark.conf.getAll)

@@ -40,7 +40,6 @@ from _common import (
     HelpFormatter,
     add_run_options,
     emit,
-    flow_conf_of,
     fmt_bool,
     main_guard,
     positive_float,
@@ -53,7 +52,7 @@ from _common import (
 )
 
 from spark_flow import Queue, open_queue, read_queue
-from spark_flow.config import resolve
+from spark_flow.config import resolve, session_flow_conf
 from spark_flow.queue import queue_location
 
 if TYPE_CHECKING:
@@ -134,7 +133,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     spark = start_session(f"spark-flow-consumer-{args.subscription}", args.verbose,  # a bad spark.flow.* conf fails here
                           check=lambda conf: resolve(queue_name(args.queue), conf=conf))
     queue = open_queue(queue_location(spark, args.queue))
-    queue.config(conf=flow_conf_of(spark))  # with the queue's own flow.* properties
+    queue.config(conf=session_flow_conf(spark))  # with the queue's own flow.* properties
 
     options: dict[str, object] = {"startingPosition": args.starting_position}
     if args.max_records_per_trigger:

@@ -27,10 +27,10 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from _common import HelpFormatter, emit, flow_conf_of, interval, main_guard, positive_float, start_session
+from _common import HelpFormatter, emit, interval, main_guard, positive_float, start_session
 
 from spark_flow import ConfigurationError
-from spark_flow.config import resolve
+from spark_flow.config import resolve, session_flow_conf
 from spark_flow.controller import start_controller, stop_between_batches
 from spark_flow.home import HOME_CONF
 from spark_flow.status import FlowAdmin
@@ -61,7 +61,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
     spark = start_session("spark-flow-controller", args.verbose, lambda conf: resolve("controller", conf=conf))
-    home = args.home or flow_conf_of(spark).get(HOME_CONF)
+    home = args.home or session_flow_conf(spark).get(HOME_CONF)
     if not home:
         raise ConfigurationError(HOME_CONF, None, "the control plane's location: --home or --conf spark.flow.home")
     query = start_controller(spark, home, queues=args.queue, checkpoint_location=args.checkpoint,

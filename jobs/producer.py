@@ -45,7 +45,6 @@ from _common import (
     HelpFormatter,
     add_run_options,
     emit,
-    flow_conf_of,
     fmt_bool,
     main_guard,
     positive_int,
@@ -57,7 +56,7 @@ from _common import (
 )
 
 from spark_flow import HoldInterruptedError, QueueNotFoundError, QueueSink, declare, open_queue, read_queue
-from spark_flow.config import POLICIES, resolve
+from spark_flow.config import POLICIES, resolve, session_flow_conf
 from spark_flow.queue import queue_location
 from spark_flow.sink import conform
 
@@ -233,7 +232,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     options = {key: value for key, value in (("capacity", args.capacity), ("policy", args.policy)) if value is not None}
     spark = start_session(f"spark-flow-producer-{args.name}", args.verbose,  # a bad spark.flow.* conf fails here
                           check=lambda conf: resolve(queue_name(args.queue), options=options, conf=conf))
-    conf = flow_conf_of(spark)
+    conf = session_flow_conf(spark)
 
     try:
         queue = open_queue(queue_location(spark, args.queue))

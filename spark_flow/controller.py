@@ -27,7 +27,14 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit
 
-from spark_flow.config import CONF_PREFIX, check_options, flow_conf, parse_count, parse_duration, pattern_matches
+from spark_flow.config import (
+    CONF_PREFIX,
+    check_options,
+    parse_count,
+    parse_duration,
+    pattern_matches,
+    session_flow_conf,
+)
 from spark_flow.exceptions import ConfigurationError, SubscriptionNotFoundError
 from spark_flow.home import HOME_CONF, Registry, control_path
 from spark_flow.queue import normalize_path, open_queue, queue_location
@@ -470,7 +477,7 @@ def start_controller(
         registry.register(handle.name, handle.path)
     spark.dataSource.register(FlowControlDataSource)
     reader = spark.readStream.format("flowcontrol").option("home", home)
-    for key, value in flow_conf(spark.conf.getAll).items():
+    for key, value in session_flow_conf(spark).items():
         if key != CONF_PREFIX + "home":
             reader = reader.option(key, value)
     observations = reader.load()

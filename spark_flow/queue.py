@@ -15,7 +15,7 @@ import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
-from spark_flow.config import KEYS, PROPERTY_PREFIX, QPID_ALIASES, FlowConfig, flow_conf, resolve
+from spark_flow.config import KEYS, PROPERTY_PREFIX, QPID_ALIASES, FlowConfig, resolve, session_flow_conf
 from spark_flow.exceptions import ConfigurationError, QueueNotFoundError, SchemaMismatchError, UnknownKeyError
 from spark_flow.history import HistoryTable
 from spark_flow.home import HOME_CONF, Registry
@@ -298,7 +298,7 @@ def declare(
 
     properties = _queue_properties(settings or {})
     name = posixpath.basename(queue.rstrip("/")) if _is_path(queue) else queue
-    conf = flow_conf(spark.conf.getAll)
+    conf = session_flow_conf(spark)
     resolve(name, table_properties=properties, conf=conf)  # every bad value fails before any write
     wanted = StructType.fromDDL(schema) if isinstance(schema, str) else schema
     target = f"delta.`{queue}`" if _is_path(queue) else queue

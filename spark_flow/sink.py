@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from functools import reduce
 from typing import TYPE_CHECKING, Any
 
-from spark_flow.config import check_options, flow_conf, resolve
+from spark_flow.config import check_options, resolve, session_flow_conf
 from spark_flow.exceptions import ConfigurationError, HoldInterruptedError, QueueFullError, SchemaMismatchError
 from spark_flow.gate import Gate, GateStatus
 from spark_flow.ledger import METADATA_KEY, Depth
@@ -114,6 +114,8 @@ def conform(batch: DataFrame, expected: StructType, queue: str) -> DataFrame:
             ) if part
         )
         raise SchemaMismatchError(queue, expected.simpleString(), batch.schema.simpleString(), detail)
+    if list(have) == list(want):
+        return batch
     return batch.select(*[f"`{n}`" for n in want])
 
 
@@ -155,11 +157,11 @@ class QueueSink:
         self.last: dict[str, BatchReport] = {}
         self._locations: dict[str, str] = {}
         self._held: dict[str, float] = {}  # seconds the current batch was held, per queue path
-        self._sizes: dict[str, Column] = {}  # message_size by schema (JSON)
+        self._sizes: dict[str, tuple[Column, tuple[Column, Column]]] = {}  # by schema (JSON)
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         spark = batch.sparkSession
-        conf = {**flow_conf(spark.conf.getAll), **self.conf}
+        conf = {**session_flow_conf(spark), **self.conf}
         query_id = spark.sparkContext.getLocalProperty("sql.streaming.queryId")
         if query_id:
             SINKS[query_id] = self
@@ -167,11 +169,18 @@ class QueueSink:
         if app_id is None:
             raise ConfigurationError("app_id", None, "a stable id for batches written outside a streaming query")
         is_active = _activity(query_id)
-        parts = self._route(batch)
-        gates = {dest: Gate(open_queue(self._location(spark, dest)), self.settings, conf) for dest in parts}
-        self._held = dict.fromkeys((gate.queue.path for gate in gates.values()), 0.0)
-        rows = self._check(parts, gates, conf)
-        enqueued = {dest: self._enqueue(part, gates[dest], app_id, batch_id, is_active) for dest, part in rows.items()}
+        # Counting and sizing the batch before its write would read the source twice (and
+        # Spark would report twice its numInputRows); cached, it is read once.
+        batch = batch.persist()
+        try:
+            parts = self._route(batch)
+            gates = {dest: Gate(open_queue(self._location(spark, dest)), self.settings, conf) for dest in parts}
+            self._held = dict.fromkeys((gate.queue.path for gate in gates.values()), 0.0)
+            rows = self._check(parts, gates, conf)
+            enqueued = {dest: self._enqueue(part, gates[dest], app_id, batch_id, is_active)
+                        for dest, part in rows.items()}
+        finally:
+            _unpersist(batch)
         self._hold(batch_id, gates, enqueued, is_active)
 
     def _check(self, parts: Mapping[str, DataFrame], gates: Mapping[str, Gate],
@@ -215,11 +224,10 @@ class QueueSink:
         control asks for it.
 
         Returns the messages and bytes of the part (already enqueued ones included)."""
-        from pyspark.sql import functions as F
 
         queue = gate.queue
-        size = self._message_size(rows.schema)
-        count, total_size = rows.agg(F.count(F.lit(1)), F.coalesce(F.sum(size), F.lit(0))).first()
+        size, totals = self._message_size(rows.schema)
+        count, total_size = rows.agg(*totals).first()
         base = batch_id * TXN_SPAN
         last = queue.transaction_version(app_id)
         done = last - base if last is not None and last >= base else 0
@@ -243,11 +251,15 @@ class QueueSink:
             queue.discard_oldest(status.config)
         return Depth(count, total_size)
 
-    def _message_size(self, schema: StructType) -> Column:
-        """:func:`message_size` of a schema, built once: it costs a py4j call per column."""
+    def _message_size(self, schema: StructType) -> tuple[Column, tuple[Column, Column]]:
+        """:func:`message_size` of a schema and the batch's (count, size) aggregates, built once:
+        they cost a py4j call per column and function."""
+        from pyspark.sql import functions as F
+
         key = schema.json()
         if key not in self._sizes:
-            self._sizes[key] = message_size(schema, self.size_column)
+            size = message_size(schema, self.size_column)
+            self._sizes[key] = size, (F.count(F.lit(1)), F.coalesce(F.sum(size), F.lit(0)))
         return self._sizes[key]
 
     def _write_chunks(self, rows: DataFrame, size: Column, gate: Gate, status: GateStatus, app_id: str,
@@ -274,10 +286,7 @@ class QueueSink:
                 self._write(chunk, gate.queue.path, app_id, batch_id * TXN_SPAN + hi, hi - lo,
                             sizes[chunk_index], batch_id)
         finally:
-            # Fails when the query is being stopped (its thread is interrupted); Spark frees
-            # the cached blocks with the session then.
-            with contextlib.suppress(Exception):
-                indexed.unpersist()
+            _unpersist(indexed)
 
     def _admit(self, gate: Gate, is_active: Callable[[], bool]) -> GateStatus:
         """Wait until the queue takes more of this batch; a stop while waiting interrupts it."""
@@ -329,6 +338,13 @@ def _allowed(status: GateStatus) -> float:
     """How many rows may go in before the gate is looked at again: the producer's capacity
     window, or everything when the queue has no flow control."""
     return status.config.capacity if status.thresholds.enabled else math.inf
+
+
+def _unpersist(rows: DataFrame) -> None:
+    """Free a cached batch. Fails when the query is being stopped (its thread is interrupted);
+    Spark frees the cached blocks with the session then."""
+    with contextlib.suppress(Exception):
+        rows.unpersist()
 
 
 def _activity(query_id: str | None) -> Callable[[], bool]:

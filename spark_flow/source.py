@@ -208,7 +208,7 @@ def read_queue(spark: SparkSession, queue: str, subscription: str = DEFAULT_SUBS
     Registers the ``flowqueue`` source, resolves a catalog name to its location and passes the
     session's ``spark.flow.*`` conf to the source (whose workers have no SparkSession).
     """
-    from spark_flow.config import flow_conf
+    from spark_flow.config import session_flow_conf
     from spark_flow.queue import queue_location
 
     spark.dataSource.register(FlowQueueDataSource)
@@ -216,6 +216,6 @@ def read_queue(spark: SparkSession, queue: str, subscription: str = DEFAULT_SUBS
     if "downstream" in options:
         names = str(options["downstream"]).split(",")
         options["downstream"] = ",".join(queue_location(spark, n.strip()) for n in names if n.strip())
-    for key, value in {**flow_conf(spark.conf.getAll), "subscription": subscription, **options}.items():
+    for key, value in {**session_flow_conf(spark), "subscription": subscription, **options}.items():
         reader = reader.option(key, str(value))
     return reader.load()

@@ -80,6 +80,7 @@ class SubscriptionTable:
         self.queue = queue
         self._storage_options = dict(storage_options or {})
         self._table: DeltaTable | None = None
+        self._listed: tuple[int, list[Subscription]] = (-1, [])  # the last list read, by table version
 
     def _open(self) -> DeltaTable:
         from deltalake import DeltaTable
@@ -104,9 +105,14 @@ class SubscriptionTable:
                     raise
 
     def list(self) -> list[Subscription]:
-        """Every subscription, by name."""
-        rows = self._open().to_pyarrow_table().to_pylist()
-        return sorted((Subscription(**row) for row in rows), key=lambda s: s.name)
+        """Every subscription, by name; the table is read again only when it has a new version
+        (a gate lists them on every look at the queue)."""
+        table = self._open()
+        version = table.version()
+        if self._listed[0] != version:
+            rows = table.to_pyarrow_table().to_pylist()
+            self._listed = (version, sorted((Subscription(**row) for row in rows), key=lambda s: s.name))
+        return list(self._listed[1])
 
     def get(self, name: str) -> Subscription:
         """One subscription; raises if it does not exist."""

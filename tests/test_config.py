@@ -5,6 +5,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 import pytest
+from pyspark.sql import SparkSession
 
 from spark_flow.config import (
     check_options,
@@ -13,6 +14,7 @@ from spark_flow.config import (
     parse_size,
     pattern_matches,
     resolve,
+    session_flow_conf,
 )
 from spark_flow.exceptions import ConfigurationError, UnknownKeyError
 from spark_flow.state import FlowState, Thresholds
@@ -227,3 +229,24 @@ def test_check_options_splits_own_settings_and_conf_case_insensitively() -> None
     assert conf == {"spark.flow.capacity": "9"}
     with pytest.raises(UnknownKeyError, match="Did you mean 'maxRecordsPerTrigger'"):
         check_options({"maxRecordPerTrigger": "5"}, ["queue", "maxRecordsPerTrigger"])
+
+
+def test_session_flow_conf_reads_exactly_the_spark_flow_keys_set_now(spark: SparkSession) -> None:
+    """The sink reads the session's ``spark.flow.*`` conf on every batch, so a value set at
+    run time applies from the next one; values keep their commas and equal signs."""
+    keys = {"spark.flow.stopCount": "7", "spark.flow.queues.events.>.resumeSize": "a=1, b=2",
+            "spark.flowing": "not ours"}
+    for key, value in keys.items():
+        spark.conf.set(key, value)
+    try:
+        conf = session_flow_conf(spark)
+        assert conf == {k: v for k, v in spark.conf.getAll.items() if k.startswith("spark.flow.")}
+        assert conf["spark.flow.stopCount"] == "7"
+        assert conf["spark.flow.queues.events.>.resumeSize"] == "a=1, b=2"
+        assert "spark.flowing" not in conf
+        spark.conf.set("spark.flow.stopCount", "8")
+        assert session_flow_conf(spark)["spark.flow.stopCount"] == "8"
+    finally:
+        for key in keys:
+            spark.conf.unset(key)
+    assert not set(keys) & set(session_flow_conf(spark))

@@ -232,6 +232,19 @@ def test_depth_counts_enqueued_messages_and_acks_reduce_it(spark: SparkSession, 
     assert queue.depths() == {"default": Depth(0, 0)}
 
 
+def test_a_handle_sees_acks_made_through_another(spark: SparkSession, tmp_path: Path) -> None:
+    """A gate lists the subscriptions on every look, from a list kept per table version: an
+    ack made by another process (here another handle) is seen at the next look."""
+    path = str(tmp_path / "q")
+    declare(spark, path, SCHEMA)
+    consumer, producer = Queue(path), Queue(path)
+    version = enqueue(producer, numbered(spark, 0, 4), 0)
+    assert producer.depths() == {"default": Depth(4, 4 * 9)}
+    assert consumer.acknowledge("default", version)
+    assert producer.depths() == {"default": Depth(0, 0)}
+    assert [s.position for s in producer.subscriptions.list()] == [version]
+
+
 def test_two_subscriptions_at_different_positions(spark: SparkSession, tmp_path: Path) -> None:
     queue = declare(spark, str(tmp_path / "q"), SCHEMA)
     v1 = enqueue(queue, numbered(spark, 0, 4), 0)

@@ -123,6 +123,22 @@ def test_replayed_batch_id_writes_nothing(spark: SparkSession, tmp_path: Path) -
     assert row_count(path) == 40
 
 
+def test_a_streamed_batch_is_read_once_and_counted_once(spark: SparkSession, tmp_path: Path) -> None:
+    """The sink counts and sizes a batch before writing it; the batch is cached for that, so
+    its source is read once and the query's ``numInputRows`` is what it enqueued, not twice."""
+    source, queue = str(tmp_path / "source"), str(tmp_path / "q")
+    for first in (0, 10, 20):
+        messages(spark, range(first, first + 10)).coalesce(1).write.format("delta").mode("append").save(source)
+    declare(spark, queue, SCHEMA)
+    query = (spark.readStream.format("delta").option("maxFilesPerTrigger", 1).load(source).writeStream
+             .foreachBatch(QueueSink(queue)).option("checkpointLocation", str(tmp_path / "cp"))
+             .trigger(availableNow=True).start())
+    query.awaitTermination(120)
+    assert [p.numInputRows for p in query.recentProgress if p.numInputRows] == [10, 10, 10]
+    assert [count for _, count, _ in sink_commits(queue)] == [10, 10, 10]
+    assert_same_rows(table(spark, queue), messages(spark, range(30)))
+
+
 def test_batch_bigger_than_capacity_is_written_in_chunks(spark: SparkSession, tmp_path: Path) -> None:
     """25 rows with capacity 10 on a queue with flow control: three commits of at most 10 rows
     (DESIGN 2.2), every row exactly once, the txnVersion at batchId * 2**32 + 25."""
