@@ -224,7 +224,6 @@ class QueueSink:
         control asks for it.
 
         Returns the messages and bytes of the part (already enqueued ones included)."""
-
         queue = gate.queue
         size, totals = self._message_size(rows.schema)
         count, total_size = rows.agg(*totals).first()
