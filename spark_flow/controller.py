@@ -265,10 +265,13 @@ def step(before: ControllerState | None, obs: Mapping[str, Any]) -> tuple[Contro
     moved = before is None or position > before.position or depth_count == 0
     progress_at = now if moved or before.progress_at == _NONE else before.progress_at
     timeout_ms = float(obs["stall_timeout"] or 0) * 1000
-    stalled = bool(timeout_ms and depth_count > 0 and now - progress_at >= timeout_ms)
+    # A consumer is not late for messages that were not there: its clock starts at the later of
+    # its last progress and the oldest message waiting for it.
+    waiting_since = max(progress_at, int(obs["oldest_enqueue"] or 0))
+    stalled = bool(timeout_ms and depth_count > 0 and now - waiting_since >= timeout_ms)
     was_stalled = before is not None and before.stalled
     if stalled and not was_stalled:
-        events.append(("stalled", f"no ack for {(now - progress_at) / 1000:.1f}s with {depth_count} messages"))
+        events.append(("stalled", f"no ack for {(now - waiting_since) / 1000:.1f}s with {depth_count} messages"))
     elif was_stalled and not stalled:
         events.append(("recovered", "acks again" if moved else "stallTimeout changed"))
     evict = stalled and obs["stalled_policy"] == "skip"
