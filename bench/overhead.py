@@ -16,7 +16,7 @@ ratio in the same round: this machine's speed drifts by more than the overhead m
 comparing neighbours cancels the drift. Prints and writes JSON with the times, the ratios and
 a bar chart of the median throughputs (PNG beside the JSON).
 
-    .venv/bin/python bench/overhead.py [--rows 200000] [--commits 20] [--out bench/overhead.json]
+    .venv/bin/python bench/overhead.py [--rows 200000] [--commits 20] [--rounds 9] [--out bench/overhead.json]
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--commits", type=int, default=20)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--out", default="bench/overhead.json")
     args = parser.parse_args()
     load = os.getloadavg()
@@ -99,6 +99,8 @@ def main() -> None:
         "queue_sink_over_foreach_batch_time_ratio": paired_ratio(results["queue_sink"],
                                                                  results["foreach_batch_delta"]),
         "flowqueue_over_delta_source_time_ratio": paired_ratio(results["flowqueue_source"], results["delta_source"]),
+        "round_ratios": {name: [round(t / b, 3) for t, b in zip(results[variant], results[baseline], strict=True)]
+                         for name, (variant, baseline) in ROUND_RATIOS.items()},
         "queue_commits_read": handle.refresh(),
     }
     out = Path(args.out)
@@ -106,6 +108,13 @@ def main() -> None:
     out.write_text(json.dumps(report, indent=2))
     plot(report, out.with_suffix(".png"))
     print(json.dumps(report, indent=2))
+
+
+ROUND_RATIOS = {
+    "queue_sink_over_plain": ("queue_sink", "plain_delta"),
+    "foreach_batch_over_plain": ("foreach_batch_delta", "plain_delta"),
+    "flowqueue_over_delta_source": ("flowqueue_source", "delta_source"),
+}
 
 
 def paired_ratio(times: list[float], baseline: list[float]) -> float:

@@ -139,6 +139,23 @@ def test_a_streamed_batch_is_read_once_and_counted_once(spark: SparkSession, tmp
     assert_same_rows(table(spark, queue), messages(spark, range(30)))
 
 
+def test_the_batch_cache_and_session_conf_are_left_as_found(spark: SparkSession, tmp_path: Path) -> None:
+    """The sink caches the batch uncompressed while it works on it: afterwards, and after a
+    refused batch too, the batch is not cached and the session's compression setting is back."""
+    from pyspark.storagelevel import StorageLevel
+
+    path, key = str(tmp_path / "q"), "spark.sql.inMemoryColumnarStorage.compressed"
+    declare(spark, path, SCHEMA)
+    good, bad = messages(spark, range(5)), spark.createDataFrame([(1,)], "id BIGINT")
+    spark.conf.set(key, "true")
+    QueueSink(path, app_id="p")(good, 0)
+    with pytest.raises(SchemaMismatchError):
+        QueueSink(path, app_id="p")(bad, 1)
+    assert spark.conf.get(key) == "true"
+    assert good.storageLevel == StorageLevel.NONE and bad.storageLevel == StorageLevel.NONE
+    assert row_count(path) == 5
+
+
 def test_batch_bigger_than_capacity_is_written_in_chunks(spark: SparkSession, tmp_path: Path) -> None:
     """25 rows with capacity 10 on a queue with flow control: three commits of at most 10 rows
     (DESIGN 2.2), every row exactly once, the txnVersion at batchId * 2**32 + 25."""
