@@ -8,15 +8,19 @@ are alike (properties, versions, Delta checkpoints). The middle one tells spark-
 from foreachBatch's.
 Consumer side: the queue table the sink wrote, read to the end by the native Delta streaming
 source and by the ``flowqueue`` source (a new subscription at ``earliest``), both into Spark's
-``noop`` sink so the time is the source's, ``availableNow``.
+``noop`` sink so the time is the source's, ``availableNow``, one producer batch (one commit) a
+micro-batch: ``maxFilesPerTrigger`` of a commit's files, ``maxRecordsPerTrigger`` of its rows.
 
-After one warm-up round (not counted), each side runs its variants for ``--rounds`` rounds, the
-producers in a rotating order. A ratio is the median over rounds of the two variants' time
+After one warm-up round (not counted), each side runs its variants for ``--rounds`` rounds in a
+rotating order. A ratio is the median over rounds of the two variants' time
 ratio in the same round: this machine's speed drifts by more than the overhead measured, and
-comparing neighbours cancels the drift. Prints and writes JSON with the times, the ratios and
-a bar chart of the median throughputs (PNG beside the JSON).
+comparing neighbours cancels the drift. Each query's progress also gives its micro-batches'
+``durationMs``: the median batch of each variant (over every counted round), what the sink adds
+to a batch in milliseconds (a figure that does not depend on how many batches a run has), and
+the seconds a run spends outside its batches (starting and stopping the query). Prints and writes JSON with the times, the ratios and a bar chart of the
+median throughputs (PNG beside the JSON).
 
-    .venv/bin/python bench/overhead.py [--rows 200000] [--commits 20] [--rounds 9] [--out bench/overhead.json]
+    .venv/bin/python bench/overhead.py [--rows 200000] [--commits 20] [--rounds 15] [--out bench/overhead.json]
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from pyspark.sql import DataFrame
@@ -40,7 +45,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--commits", type=int, default=20)
-    parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--out", default="bench/overhead.json")
     args = parser.parse_args()
     load = os.getloadavg()
@@ -53,13 +58,11 @@ def main() -> None:
         (spark.range(i * per_commit, (i + 1) * per_commit)
          .selectExpr("id", "concat('payload-', id) AS body").write.format("delta").mode("append").save(source))
 
-    def run(start: Callable[[DataFrame], StreamingQuery]) -> float:
+    def run(start: Callable[[DataFrame], StreamingQuery]) -> Run:
         stream = spark.readStream.format("delta").option("maxFilesPerTrigger", 4).load(source)
-        began = time.perf_counter()
-        start(stream).awaitTermination()
-        return time.perf_counter() - began
+        return timed(lambda: start(stream))
 
-    def produce(variant: str, tag: str) -> float:
+    def produce(variant: str, tag: str) -> Run:
         table, checkpoint = str(base / f"{variant}{tag}"), str(base / f"cp_{variant}{tag}")
         # Every variant writes its own declared queue table, so the tables are alike (same
         # properties, same versions, the same Delta checkpoints fall in the run).
@@ -75,21 +78,38 @@ def main() -> None:
     producers = ["plain_delta", "foreach_batch_delta", "queue_sink"]
     for variant in producers:  # warm-up: the JVM's JIT and Spark's caches, not counted
         produce(variant, "_warmup")
-    results: dict[str, list[float]] = {variant: [] for variant in producers}
+    runs: dict[str, list[Run]] = {variant: [] for variant in producers}
     for round_ in range(args.rounds):
         order = producers[round_ % 3:] + producers[:round_ % 3]  # no variant always runs first
         for variant in order:
-            results[variant].append(produce(variant, str(round_)))
-    # Consumer side: read the queue the sink wrote in round 0 to its end, both ways.
+            runs[variant].append(produce(variant, str(round_)))
+    # Consumer side: the queue the sink wrote in round 0, read to its end both ways, a producer
+    # batch (one sink commit) a micro-batch, after a warm-up read each (Python workers start).
     queue = str(base / "queue_sink0")
     handle = open_queue(queue)
+    rows_per_batch = args.rows // len(runs["queue_sink"][0].batches)
+    files_per_batch = int(statistics.median(int(info["operationMetrics"]["numFiles"])
+                                            for info in handle.ledger.table.history() if info["operation"] == "WRITE"))
+
+    def consume(variant: str, tag: str) -> Run:
+        checkpoint = str(base / f"cp_{variant}{tag}")
+        if variant == "delta_source":
+            stream = spark.readStream.format("delta").option("maxFilesPerTrigger", files_per_batch).load(queue)
+        else:
+            handle.create_subscription(f"bench{tag}", "earliest")
+            stream = read_queue(spark, queue, subscription=f"bench{tag}", maxRecordsPerTrigger=rows_per_batch)
+        return timed(lambda: stream.writeStream.format("noop").option("checkpointLocation", checkpoint)
+                     .trigger(availableNow=True).start())
+
+    consumers = ["delta_source", "flowqueue_source"]
+    for variant in consumers:
+        consume(variant, "_warmup")
     for round_ in range(args.rounds):
-        results.setdefault("delta_source", []).append(run_reader(
-            spark.readStream.format("delta").load(queue), str(base / f"cp_read_delta{round_}")))
-        handle.create_subscription(f"bench{round_}", "earliest")
-        results.setdefault("flowqueue_source", []).append(run_reader(
-            read_queue(spark, queue, subscription=f"bench{round_}"), str(base / f"cp_read_flow{round_}")))
+        for variant in consumers[round_ % 2:] + consumers[:round_ % 2]:
+            runs.setdefault(variant, []).append(consume(variant, str(round_)))
+    results = {k: [r.seconds for r in v] for k, v in runs.items()}
     medians = {k: statistics.median(v) for k, v in results.items()}
+    batches = {variant: batch_medians(v) for variant, v in runs.items()}
     report = {
         "machine": {"cpus": os.cpu_count(), "loadavg_at_start": load},
         "rows": args.rows, "source_commits": args.commits, "rounds": args.rounds, "seconds": results,
@@ -101,6 +121,17 @@ def main() -> None:
         "flowqueue_over_delta_source_time_ratio": paired_ratio(results["flowqueue_source"], results["delta_source"]),
         "round_ratios": {name: [round(t / b, 3) for t, b in zip(results[variant], results[baseline], strict=True)]
                          for name, (variant, baseline) in ROUND_RATIOS.items()},
+        "round_ratio_quartiles": {name: [round(q, 3) for q in statistics.quantiles(
+            [t / b for t, b in zip(results[variant], results[baseline], strict=True)], n=4)]
+            for name, (variant, baseline) in ROUND_RATIOS.items()},
+        "batches_per_run": {k: statistics.median(len(r.batches) for r in v) for k, v in runs.items()},
+        "median_batch_ms": batches,
+        "median_seconds_outside_batches": {k: statistics.median(r.outside_batches for r in v) for k, v in runs.items()},
+        "queue_sink_over_plain_batch_ratio": (batches["queue_sink"]["triggerExecution"]
+                                              / batches["plain_delta"]["triggerExecution"]),
+        "queue_sink_added_ms_per_batch": batches["queue_sink"]["addBatch"] - batches["plain_delta"]["addBatch"],
+        "flowqueue_over_delta_source_batch_ratio": (batches["flowqueue_source"]["triggerExecution"]
+                                                    / batches["delta_source"]["triggerExecution"]),
         "queue_commits_read": handle.refresh(),
     }
     out = Path(args.out)
@@ -134,31 +165,62 @@ class IdempotentWrite:
          .option("txnVersion", str(batch_id)).save(self.path))
 
 
-def run_reader(stream: DataFrame, checkpoint: str) -> float:
-    """Seconds to read ``stream`` to its end into the noop sink."""
+@dataclass(frozen=True)
+class Run:
+    """One query run to its end: wall seconds from start, and each micro-batch's ``durationMs``."""
+
+    seconds: float
+    batches: list[dict[str, int]]
+
+    @property
+    def outside_batches(self) -> float:
+        """Seconds of the run spent starting and stopping the query, not in its micro-batches."""
+        return self.seconds - sum(b["triggerExecution"] for b in self.batches) / 1000
+
+
+def timed(start: Callable[[], StreamingQuery]) -> Run:
+    """Start an ``availableNow`` query and wait for its end."""
     began = time.perf_counter()
-    (stream.writeStream.format("noop").option("checkpointLocation", checkpoint)
-     .trigger(availableNow=True).start().awaitTermination())
-    return time.perf_counter() - began
+    query = start()
+    query.awaitTermination()
+    seconds = time.perf_counter() - began
+    return Run(seconds, [p.durationMs for p in query.recentProgress if p.numInputRows])
+
+
+def batch_medians(runs: list[Run]) -> dict[str, float]:
+    """The median micro-batch of a variant over all its runs: the whole trigger, and the sink's
+    part of it (``addBatch``), in milliseconds."""
+    return {phase: statistics.median(b[phase] for r in runs for b in r.batches)
+            for phase in ("triggerExecution", "addBatch")}
 
 
 def plot(report: dict, path: Path) -> None:
-    """Bars: rows per second of each variant, producer side and consumer side."""
+    """Bars of each variant, producer side and consumer side: rows per second over whole runs
+    (left), and the median micro-batch in milliseconds (right)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rates = report["rows_per_second"]
-    fig, ax = plt.subplots(figsize=(8, 4), dpi=110)
     names = ["plain_delta", "foreach_batch_delta", "queue_sink", "delta_source", "flowqueue_source"]
     labels = ["producer:\nDelta sink", "producer:\nforeachBatch\nDelta write", "producer:\nQueueSink",
               "consumer:\nDelta source", "consumer:\nflowqueue"]
-    bars = ax.bar(labels, [rates[n] for n in names], color=["tab:gray", "tab:gray", "tab:blue", "tab:gray", "tab:blue"])
-    ax.bar_label(bars, fmt="%.0f")
-    ax.set_ylabel("rows per second (median round)")
-    ax.set_title(f"{report['rows']:,} rows: QueueSink/plain time x{report['queue_sink_over_plain_time_ratio']:.2f}, "
-                 f"flowqueue/Delta time x{report['flowqueue_over_delta_source_time_ratio']:.2f}", fontsize="medium")
+    colors = ["tab:gray", "tab:gray", "tab:blue", "tab:gray", "tab:blue"]
+    fig, (runs, batches) = plt.subplots(1, 2, figsize=(13, 4.5), dpi=110)
+    bars = runs.bar(labels, [report["rows_per_second"][n] for n in names], color=colors)
+    runs.bar_label(bars, fmt="%.0f")
+    runs.set_ylabel("rows per second (median run)")
+    runs.set_title(f"whole runs: QueueSink/plain x{report['queue_sink_over_plain_time_ratio']:.2f}, "
+                   f"flowqueue/Delta x{report['flowqueue_over_delta_source_time_ratio']:.2f}", fontsize="medium")
+    bars = batches.bar(labels, [report["median_batch_ms"][n]["triggerExecution"] for n in names], color=colors)
+    batches.bar_label(bars, fmt="%.0f")
+    batches.set_ylabel("median micro-batch (ms)")
+    batches.set_title(f"batches: QueueSink/plain x{report['queue_sink_over_plain_batch_ratio']:.2f}, "
+                      f"flowqueue/Delta x{report['flowqueue_over_delta_source_batch_ratio']:.2f}", fontsize="medium")
+    for ax in (runs, batches):
+        ax.tick_params(axis="x", labelsize="small")
+    fig.suptitle(f"{report['rows']:,} rows in batches of {report['rows'] // report['batches_per_run']['queue_sink']:,}",
+                 fontsize="medium")
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
