@@ -12,13 +12,13 @@ source and by the ``flowqueue`` source (a new subscription at ``earliest``), bot
 micro-batch: ``maxFilesPerTrigger`` of a commit's files, ``maxRecordsPerTrigger`` of its rows.
 
 After one warm-up round (not counted), each side runs its variants for ``--rounds`` rounds in a
-rotating order. A ratio is the median over rounds of the two variants' time
-ratio in the same round: this machine's speed drifts by more than the overhead measured, and
-comparing neighbours cancels the drift. Each query's progress also gives its micro-batches'
-``durationMs``: the median batch of each variant (over every counted round), what the sink adds
-to a batch in milliseconds (a figure that does not depend on how many batches a run has), and
-the seconds a run spends outside its batches (starting and stopping the query). Prints and writes JSON with the times, the ratios and a bar chart of the
-median throughputs (PNG beside the JSON).
+rotating order. A ratio is the median over rounds of the two variants' time ratio in the same
+round: this machine's speed drifts by more than the overhead measured, and comparing neighbours
+cancels the drift. Each query's progress also gives its micro-batches' ``durationMs``: the
+median batch of each variant (over every counted round), what the sink adds to a batch in
+milliseconds (a figure that does not depend on how many batches a run has), and the seconds a
+run spends outside its batches (starting and stopping the query). Prints and writes JSON with
+the times and the ratios, and bar charts of the throughputs and batch times (PNG beside the JSON).
 
     .venv/bin/python bench/overhead.py [--rows 200000] [--commits 20] [--rounds 15] [--out bench/overhead.json]
 """
