@@ -45,14 +45,13 @@ from _common import (
     positive_float,
     positive_int,
     query_active,
-    queue_name,
     run_query,
     sleep_while,
     start_session,
 )
 
 from spark_flow import Queue, open_queue, read_queue
-from spark_flow.config import resolve, session_flow_conf
+from spark_flow.config import check_conf
 from spark_flow.queue import queue_location
 
 if TYPE_CHECKING:
@@ -131,9 +130,9 @@ class SlowConsumer:
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
     spark = start_session(f"spark-flow-consumer-{args.subscription}", args.verbose,  # a bad spark.flow.* conf fails here
-                          check=lambda conf: resolve(queue_name(args.queue), conf=conf))
+                          check=check_conf)
     queue = open_queue(queue_location(spark, args.queue))
-    queue.config(conf=session_flow_conf(spark))  # with the queue's own flow.* properties
+    queue.settings()  # the queue's recorded settings must hold
 
     options: dict[str, object] = {"startingPosition": args.starting_position}
     if args.max_records_per_trigger:

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 from _common import HelpFormatter, emit, interval, main_guard, positive_float, start_session
 
 from spark_flow import ConfigurationError
-from spark_flow.config import resolve, session_flow_conf
+from spark_flow.config import check_conf, session_flow_conf
 from spark_flow.controller import start_controller, stop_between_batches
 from spark_flow.home import HOME_CONF
 from spark_flow.status import FlowAdmin
@@ -60,7 +60,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
-    spark = start_session("spark-flow-controller", args.verbose, lambda conf: resolve("controller", conf=conf))
+    spark = start_session("spark-flow-controller", args.verbose, check_conf)
     home = args.home or session_flow_conf(spark).get(HOME_CONF)
     if not home:
         raise ConfigurationError(HOME_CONF, None, "the control plane's location: --home or --conf spark.flow.home")

@@ -57,7 +57,7 @@ def main() -> None:
     spark.conf.set("spark.flow.home", home)  # also when the session existed already
     path = str(base / "queues" / "events")
     queue = declare(spark, path, "id BIGINT, body STRING",
-                    settings={"stopCount": STOP, "resumeCount": RESUME, "capacity": CAPACITY})
+                    settings={"stopCount": STOP, "resumeCount": RESUME})
     print(f"queue {path}: stop {STOP}, resume {RESUME}; producer capacity {CAPACITY}")
     controller = start_controller(spark, trigger="2 seconds")  # leaves the 2 cores to the queues
     admin = FlowAdmin(home)
@@ -66,7 +66,7 @@ def main() -> None:
     # not with everything a time-based rate source would have made meanwhile.
     messages = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", 100).load()
                 .selectExpr("value AS id", "concat('event-', value) AS body"))
-    producer = (messages.writeStream.foreachBatch(QueueSink(path)).queryName("demo_producer")
+    producer = (messages.writeStream.foreachBatch(QueueSink(path, options={"capacity": CAPACITY})).queryName("demo_producer")
                 .option("checkpointLocation", str(base / "checkpoints" / "producer"))
                 .trigger(processingTime="1 second").start())
     output = str(base / "consumed")

@@ -2,7 +2,7 @@
 
 The queue is declared if it does not exist (a Delta table with the message schema below, or
 --schema). Thresholds come from Spark conf (spark.flow.stopCount, spark.flow.queues.<pattern>.*),
-the queue's flow.* table properties, and this job's --capacity / --policy. Each micro-batch
+the queue's flow.* table properties, and this job's --capacity / --on-full. Each micro-batch
 prints one progress line on stdout:
 
   12:00:07 producer=p1 queue=events batch=4 enqueued=100 depth=612 depthBytes=61200
@@ -56,7 +56,7 @@ from _common import (
 )
 
 from spark_flow import HoldInterruptedError, QueueNotFoundError, QueueSink, declare, open_queue, read_queue
-from spark_flow.config import POLICIES, resolve, session_flow_conf
+from spark_flow.config import ON_FULL, check_conf, producer_settings, session_flow_conf
 from spark_flow.queue import queue_location
 from spark_flow.sink import conform
 
@@ -104,14 +104,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     source.add_argument("--schema", metavar="DDL",
                         help="--source files|queue: the message schema, used when the queue is declared "
                              f"(default: {MESSAGE_SCHEMA!r}; for --source queue, --from-queue's columns)")
-    flow = parser.add_argument_group("flow control (above the queue's flow.* properties and spark.flow.* conf)")
+    flow = parser.add_argument_group("flow control (this producer's; the queue's thresholds are the queue's)")
     flow.add_argument("--capacity", type=positive_int, metavar="N",
                       help="this producer's window: messages it may still enqueue after the queue went "
                            "flow-stopped (spark.flow.capacity, default 10000)")
-    flow.add_argument("--policy", choices=POLICIES,
-                      help="what happens when the queue is full: flow holds the producer, reject / reject-after "
-                           "fail the job, ring / ring-strict discard the oldest messages "
-                           "(spark.flow.policy, default flow)")
+    flow.add_argument("--on-full", choices=ON_FULL,
+                      help="what this producer does while the queue is flow-stopped: hold (wait), reject (fail "
+                           "at once), reject-after (fail after spark.flow.rejectTimeout) (spark.flow.onFull, "
+                           "default hold)")
     add_run_options(parser, "producer-<name>")
     args = parser.parse_args(argv)
     _check_source_options(parser, args)
@@ -229,9 +229,9 @@ def declared_schema(spark: SparkSession, args: argparse.Namespace) -> str | Stru
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
-    options = {key: value for key, value in (("capacity", args.capacity), ("policy", args.policy)) if value is not None}
+    options = {key: value for key, value in (("capacity", args.capacity), ("onFull", args.on_full)) if value is not None}
     spark = start_session(f"spark-flow-producer-{args.name}", args.verbose,  # a bad spark.flow.* conf fails here
-                          check=lambda conf: resolve(queue_name(args.queue), options=options, conf=conf))
+                          check=lambda conf: (check_conf(conf), producer_settings(queue_name(args.queue), options, conf)))
     conf = session_flow_conf(spark)
 
     try:
@@ -240,7 +240,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     except QueueNotFoundError:
         queue = declare(spark, args.queue, declared_schema(spark, args))
         created = True
-    config = queue.config(options, conf)  # with the queue's own flow.* properties
+    settings = queue.record_conf(conf)  # the conf's queue settings, where the queue has none recorded
+    producer = producer_settings(queue.name, options, conf)
     schema = spark.read.format("delta").load(queue.path).schema
 
     if args.source == "rate":
@@ -255,11 +256,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     sink = ProgressSink(QueueSink(args.queue, options=options), args.queue, queue.path, args.name)
     query = (messages.writeStream.foreachBatch(sink).queryName(f"producer_{args.name}")
              .option("checkpointLocation", checkpoint).trigger(processingTime=args.trigger).start())
-    t = config.thresholds
+    t = settings.thresholds
     limits = (f"stopCount={t.stop_count} resumeCount={t.resume_count} stopSize={t.stop_size} resumeSize={t.resume_size}"
               if t.enabled else "no flow control (set spark.flow.stopCount, stopSize or maxCount)")
     emit(f"producer={args.name} started: queue {queue.name} ({queue.path}{', declared' if created else ''}), "
-         f"source {args.source}, {limits}, capacity={config.capacity} policy={config.policy}, checkpoint {checkpoint}")
+         f"source {args.source}, {limits}, policy={settings.policy} capacity={producer.capacity} "
+         f"onFull={producer.on_full}, checkpoint {checkpoint}")
     seconds = run_query(query, args.run_seconds, errors=lambda: sink.error)
     interrupted = ", 1 batch cut short by the stop (finished on restart)" if sink.interrupted else ""
     emit(f"producer={args.name} stopped after {seconds:.0f}s: {sink.batches} batches completed "

@@ -25,7 +25,7 @@ queue_path = f"{base}/queues/orders"
 queue = declare(spark, queue_path, "order_id BIGINT, customer STRING, amount DOUBLE",
                 settings={"stopCount": 150, "resumeCount": 60})
 admin = FlowAdmin(f"{base}/flow")
-print(queue, queue.config().thresholds)
+print(queue, queue.settings().thresholds)
 
 
 def wait_for(what, predicate, timeout=180):

@@ -4,7 +4,7 @@ Delta tables are queues; producers are held back when a queue's depth crosses it
 threshold and go on when it falls under the resume threshold, as message brokers do.
 """
 
-from spark_flow.config import FlowConfig, resolve
+from spark_flow.config import ProducerSettings, QueueSettings
 from spark_flow.exceptions import (
     ConfigurationError,
     FlowControlError,
@@ -12,6 +12,7 @@ from spark_flow.exceptions import (
     QueueFullError,
     QueueFullTimeoutError,
     QueueNotFoundError,
+    QueueSettingError,
     SchemaMismatchError,
     SparkFlowError,
     SubscriptionNotFoundError,
@@ -28,17 +29,19 @@ from spark_flow.state import FlowState, Thresholds
 __all__ = [
     "ConfigurationError",
     "Depth",
-    "FlowConfig",
     "FlowControlError",
     "FlowQueueDataSource",
     "FlowState",
     "Gate",
     "GateStatus",
     "HoldInterruptedError",
+    "ProducerSettings",
     "Queue",
     "QueueFullError",
     "QueueFullTimeoutError",
     "QueueNotFoundError",
+    "QueueSettingError",
+    "QueueSettings",
     "QueueSink",
     "SchemaMismatchError",
     "SparkFlowError",
@@ -51,5 +54,4 @@ __all__ = [
     "open_queue",
     "purge_acknowledged",
     "read_queue",
-    "resolve",
 ]

@@ -2,7 +2,7 @@
 
 Only ``declare`` starts Spark; the other commands read and append the home's Delta tables with
 ``deltalake``, so they answer in a second. Commands that change something (``set``,
-``stop-producers``, ``start-producers``) are checked, appended to the commands table and applied
+``unset``, ``stop-producers``, ``start-producers``) are checked, appended to the commands table and applied
 by the controller in order.
 """
 
@@ -36,6 +36,7 @@ def _parser() -> argparse.ArgumentParser:
                "  spark-flow --home /data/flow status\n"
                "  spark-flow declare /data/queues/events --schema 'id BIGINT, body STRING' --set stopCount=900\n"
                "  spark-flow set events stopCount=900 resumeCount=500\n"
+               "  spark-flow unset events stopCount resumeCount   # back to the queue's table properties\n"
                "  spark-flow stop-producers 'events.>'      # a pattern; no target: every queue\n"
                "  spark-flow plot events --out events.png")
     parser.add_argument("--home", default=os.environ.get(HOME_ENV),
@@ -53,7 +54,11 @@ def _parser() -> argparse.ArgumentParser:
 
     set_ = commands.add_parser("set", help="change settings of queues at run time (applied by the controller)")
     set_.add_argument("target", help="a queue name or pattern")
-    set_.add_argument("settings", nargs="+", metavar="KEY=VALUE", help="stopCount=900 resumeSize=8m policy=reject")
+    set_.add_argument("settings", nargs="+", metavar="KEY=VALUE", help="stopCount=900 resumeSize=8m policy=ring")
+
+    unset = commands.add_parser("unset", help="remove run-time settings: back to the queue's recorded value or default")
+    unset.add_argument("target", help="a queue name or pattern")
+    unset.add_argument("keys", nargs="+", metavar="KEY", help="stopCount resumeCount")
 
     for name, what in (("stop-producers", "hold every producer of the queues, whatever their depth"),
                        ("start-producers", "undo stop-producers: the thresholds decide again")):
@@ -94,6 +99,9 @@ def _run(admin: FlowAdmin, args: argparse.Namespace) -> None:
     elif args.command == "set":
         command = admin.set(args.target, _pairs(args.settings))
         print(f"command {command}: set {' '.join(args.settings)} on {args.target!r}, applied by the controller")
+    elif args.command == "unset":
+        command = admin.unset(args.target, *args.keys)
+        print(f"command {command}: unset {' '.join(args.keys)} on {args.target!r}, applied by the controller")
     elif args.command in ("stop-producers", "start-producers"):
         call = admin.stop_producers if args.command == "stop-producers" else admin.start_producers
         print(f"command {call(args.target)}: {args.command} {args.target!r}, applied by the controller")
@@ -116,7 +124,7 @@ def _declare(admin: FlowAdmin, queue: str, schema: str | None, settings: dict[st
     spark = get_spark({HOME_CONF: admin.home})
     handle = declare(spark, queue, schema, settings=settings)
     admin.registry.register(handle.name, handle.path)
-    print(f"queue {handle.name!r} at {handle.path}: {handle.config().thresholds}")
+    print(f"queue {handle.name!r} at {handle.path}: {handle.settings().thresholds}")
 
 
 def _pairs(items: Sequence[str]) -> dict[str, str]:

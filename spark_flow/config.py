@@ -1,8 +1,11 @@
-"""Configuration keys, their parsing, and the precedence that resolves them for one queue.
+"""Configuration keys, their parsing, and how they resolve.
 
-Settings come from four layers, most specific first: a query's option, the queue table's
-``flow.*`` property (Qpid's ``qpid.*`` declare arguments are accepted as aliases), the Spark
-conf (``spark.flow.queues.<pattern>.<key>`` before ``spark.flow.<key>``), and the defaults.
+Two kinds of settings (design 2.1). A queue's flow state is one shared thing, so its **queue
+settings** (thresholds, maxima, limit policy, ``producerFlowControl``, stall detection) have one
+value for every process: they are recorded with the queue (``flow.*`` table properties, Qpid's
+``qpid.*`` declare arguments as aliases, and run-time settings), and Spark conf only supplies a
+value the queue has none recorded for. **Producer settings** (``capacity``, ``onFull``,
+``rejectTimeout``, ``pollInterval``) belong to one query: its options > Spark conf > defaults.
 Every value is parsed once, here; a bad value or an unknown key raises a
 :class:`~spark_flow.exceptions.ConfigurationError` naming the key, the value and what is allowed.
 """
@@ -17,7 +20,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any, Literal
 
-from spark_flow.exceptions import ConfigurationError, UnknownKeyError
+from spark_flow.exceptions import ConfigurationError, QueueSettingError, UnknownKeyError
 from spark_flow.state import Thresholds
 
 if TYPE_CHECKING:
@@ -27,8 +30,10 @@ CONF_PREFIX = "spark.flow."
 PATTERN_PREFIX = "spark.flow.queues."
 PROPERTY_PREFIX = "flow."
 
-Policy = Literal["flow", "reject", "reject-after", "ring", "ring-strict"]
-POLICIES: tuple[str, ...] = ("flow", "reject", "reject-after", "ring", "ring-strict")
+Policy = Literal["flow", "ring", "ring-strict"]
+POLICIES: tuple[str, ...] = ("flow", "ring", "ring-strict")
+OnFull = Literal["hold", "reject", "reject-after"]
+ON_FULL: tuple[str, ...] = ("hold", "reject", "reject-after")
 STALLED_POLICIES: tuple[str, ...] = ("flag", "skip")
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(b|k|kb|kib|m|mb|mib|g|gb|gib|t|tb|tib)?\s*$", re.I)
@@ -96,10 +101,19 @@ def parse_bool(key: str, value: Any) -> bool:
 
 
 def parse_policy(key: str, value: Any) -> Policy:
-    """A limit policy name."""
+    """A queue's limit policy."""
     text = str(value).strip().lower()
     if text not in POLICIES:
-        raise ConfigurationError(key, value, "one of " + ", ".join(POLICIES))
+        hint = f"{text} is what a producer does on a full queue: onFull={text}" if text in ON_FULL else ""
+        raise ConfigurationError(key, value, "one of " + ", ".join(POLICIES), hint)
+    return text  # type: ignore[return-value]
+
+
+def parse_on_full(key: str, value: Any) -> OnFull:
+    """What a producer does while its queue is flow-stopped."""
+    text = str(value).strip().lower()
+    if text not in ON_FULL:
+        raise ConfigurationError(key, value, "one of " + ", ".join(ON_FULL))
     return text  # type: ignore[return-value]
 
 
@@ -111,38 +125,47 @@ def parse_stalled_policy(key: str, value: Any) -> str:
     return text
 
 
+Scope = Literal["queue", "producer", "home"]
+
+
 @dataclass(frozen=True)
 class Key:
-    """One setting: its camelCase name (as in ``spark.flow.<name>``), parser, default and doc."""
+    """One setting: its camelCase name (as in ``spark.flow.<name>``), parser, default, doc, and
+    whose it is: a ``queue`` setting is one value per queue, recorded with it; a ``producer``
+    setting belongs to one query; ``home`` is the control plane's location."""
 
     name: str
     parse: Callable[[str, Any], Any]
     default: Any
     doc: str
+    scope: Scope = "queue"
 
 
 KEYS: dict[str, Key] = {
     k.name: k
     for k in (
         Key("stopCount", parse_count, None, "Flow turns ON when the depth exceeds this many messages (0 = not used)."),
-        Key("resumeCount", parse_count, None, "Flow turns OFF when the depth is under this many messages (default: stopCount)."),
+        Key("resumeCount", parse_count, None, "Flow turns OFF when the depth is under this many messages (0: stopCount)."),
         Key("stopSize", parse_size, None, "Flow turns ON when the depth exceeds this many bytes (0 = not used)."),
-        Key("resumeSize", parse_size, None, "Flow turns OFF when the depth is under this many bytes (default: stopSize)."),
+        Key("resumeSize", parse_size, None, "Flow turns OFF when the depth is under this many bytes (0: stopSize)."),
         Key("maxCount", parse_count, 0, "The queue's maximum depth in messages; default thresholds derive from it."),
         Key("maxSize", parse_size, 0, "The queue's maximum depth in bytes; default thresholds derive from it."),
-        Key("defaultStopThreshold", parse_percent, Fraction(80), "Default stop threshold, percent of the queue's max (rounded up)."),
+        Key("defaultStopThreshold", parse_percent, Fraction(80), "Default stop threshold, percent of the queue's max (rounded half up)."),
         Key("defaultResumeThreshold", parse_percent, Fraction(70), "Default resume threshold, percent of the queue's max (rounded down)."),
-        Key("policy", parse_policy, "flow", "Limit policy: " + ", ".join(POLICIES) + "."),
-        Key("rejectTimeout", parse_duration, 30.0, "With policy reject-after: how long a producer is held before it fails."),
-        Key("capacity", lambda k, v: parse_count(k, v, minimum=1), 10_000, "A producer's window: messages it may enqueue after the queue went ON."),
-        Key("pollInterval", lambda k, v: parse_duration(k, v, minimum=0.001), 1.0, "Longest wait between two looks at a held queue's depth."),
+        Key("policy", parse_policy, "flow", "The queue's limit policy: " + ", ".join(POLICIES) + "."),
         Key("producerFlowControl", parse_bool, True, "false switches flow control off for the queue."),
         Key("producersStopped", parse_bool, False, "true holds every producer of the queue, whatever its depth (an operator's stop)."),
         Key("stallTimeout", parse_duration, 0.0, "A subscription with messages and no ack progress for this long is stalled (0 = never)."),
         Key("stalledConsumerPolicy", parse_stalled_policy, "flag", "flag: report a stalled subscription; skip: also move it past its backlog."),
-        Key("home", lambda k, v: str(v), None, "The control plane's location: queue registry, status, history, commands; default state of new queues."),
+        Key("capacity", lambda k, v: parse_count(k, v, minimum=1), 10_000, "A producer's window: messages it may enqueue after the queue went ON.", "producer"),
+        Key("onFull", parse_on_full, "hold", "What a producer does while its queue is flow-stopped: " + ", ".join(ON_FULL) + ".", "producer"),
+        Key("rejectTimeout", parse_duration, 30.0, "With onFull reject-after: how long a producer is held before it fails.", "producer"),
+        Key("pollInterval", lambda k, v: parse_duration(k, v, minimum=0.001), 1.0, "Longest wait between two looks at a held queue's depth.", "producer"),
+        Key("home", lambda k, v: str(v), None, "The control plane's location: queue registry, status, history, commands; default state of new queues.", "home"),
     )
 }
+QUEUE_KEYS: tuple[str, ...] = tuple(name for name, key in KEYS.items() if key.scope == "queue")
+PRODUCER_KEYS: tuple[str, ...] = tuple(name for name, key in KEYS.items() if key.scope == "producer")
 
 QPID_ALIASES: dict[str, str] = {
     "qpid.flow_stop_count": "stopCount",
@@ -162,6 +185,22 @@ def _closest(key: str, candidates: Iterable[str]) -> str | None:
     return matches[0] if matches else None
 
 
+def setting_name(key: str, value: Any = None) -> str:
+    """The setting a key names, in any of its spellings: ``stopCount``, ``flow.stopCount``,
+    ``spark.flow.stopCount``, ``qpid.flow_stop_count``. Unknown keys raise, naming the closest
+    valid key in the same spelling."""
+    if key in QPID_ALIASES:
+        return QPID_ALIASES[key]
+    if key.startswith(PATTERN_PREFIX) and key.rpartition(".")[2] in KEYS:
+        return key.rpartition(".")[2]
+    for prefix in (CONF_PREFIX, PROPERTY_PREFIX, ""):
+        if key.startswith(prefix) and key[len(prefix):] in KEYS:
+            return key[len(prefix):]
+    prefix = next((p for p in (CONF_PREFIX, PROPERTY_PREFIX) if key.startswith(p)), "")
+    spellings = [prefix + name for name in KEYS] + (list(QPID_ALIASES) if prefix != CONF_PREFIX else [])
+    raise UnknownKeyError(key, value, _closest(key, spellings))
+
+
 def pattern_matches(pattern: str, queue: str) -> bool:
     """Whether an ActiveMQ-style destination pattern matches a queue name.
 
@@ -176,182 +215,202 @@ def pattern_matches(pattern: str, queue: str) -> bool:
     return len(parts) == len(names)
 
 
-def _split_conf(conf: Mapping[str, Any]) -> tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]]:
-    """Split ``spark.flow.*`` conf into global settings and per-pattern settings, checking keys."""
-    conf_keys = [CONF_PREFIX + name for name in KEYS]
-    settings: dict[str, Any] = {}
-    patterns: dict[str, dict[str, Any]] = {}
-    for key, value in conf.items():
-        if not key.startswith(CONF_PREFIX):
-            continue
-        if key.startswith(PATTERN_PREFIX) and "." in key[len(PATTERN_PREFIX):]:
-            pattern, _, name = key[len(PATTERN_PREFIX):].rpartition(".")
-            if name not in KEYS:
-                closest = _closest(name, KEYS)
-                raise UnknownKeyError(key, value, closest and f"{PATTERN_PREFIX}{pattern}.{closest}")
-            patterns.setdefault(pattern, {})[key] = value
-        elif key[len(CONF_PREFIX):] in KEYS:
-            settings[key] = value
-        else:
-            raise UnknownKeyError(key, value, _closest(key, conf_keys))
-    return settings, sorted(patterns.items(), key=lambda p: _specificity(p[0]))
-
-
 def _specificity(pattern: str) -> tuple[int, int]:
     """Order patterns so that more literal ones are applied last and win."""
     parts = pattern.split(".")
     return sum(p not in ("*", ">") for p in parts), len(parts)
 
 
-def _property_settings(properties: Mapping[str, Any]) -> dict[str, Any]:
-    """The ``flow.*`` and ``qpid.*`` settings among a table's properties, keys checked."""
-    names = [PROPERTY_PREFIX + name for name in KEYS] + list(QPID_ALIASES)
-    settings = {}
-    for key, value in properties.items():
-        if key in QUEUE_PROPERTIES:
+def check_conf(conf: Mapping[str, Any]) -> None:
+    """Every ``spark.flow.*`` key known and every value valid, before anything starts."""
+    conf_keys = [CONF_PREFIX + name for name in KEYS]
+    for key, value in conf.items():
+        if not key.startswith(CONF_PREFIX):
             continue
-        if (key.startswith(PROPERTY_PREFIX) and key[len(PROPERTY_PREFIX):] in KEYS) or key in QPID_ALIASES:
-            settings[key] = value
-        elif key.startswith((PROPERTY_PREFIX, "qpid.")):
-            raise UnknownKeyError(key, value, _closest(key, names))
-    return settings
+        if key.startswith(PATTERN_PREFIX) and "." in key[len(PATTERN_PREFIX):]:
+            pattern, _, name = key[len(PATTERN_PREFIX):].rpartition(".")
+            if name not in KEYS or KEYS[name].scope == "home":
+                closest = _closest(name, [n for n in KEYS if KEYS[n].scope != "home"])
+                raise UnknownKeyError(key, value, closest and f"{PATTERN_PREFIX}{pattern}.{closest}")
+        elif key[len(CONF_PREFIX):] not in KEYS:
+            raise UnknownKeyError(key, value, _closest(key, conf_keys))
+        else:
+            name = key[len(CONF_PREFIX):]
+        KEYS[name].parse(key, value)
 
 
-def _name_of(key: str) -> str:
-    """The setting a layer's key refers to: ``flow.stopCount``, ``qpid.flow_stop_count`` -> stopCount."""
-    if key in QPID_ALIASES:
-        return QPID_ALIASES[key]
-    return key.rpartition(".")[2]
+def conf_settings(queue: str, conf: Mapping[str, Any], scope: Scope) -> dict[str, tuple[str, Any]]:
+    """The settings of ``scope`` that a Spark conf gives explicitly for ``queue``, by name, each
+    with the key it came from: ``spark.flow.<key>``, then ``spark.flow.queues.<pattern>.<key>``
+    for matching patterns, more literal patterns last (they win). Built-in defaults are not in it."""
+    check_conf(conf)
+    found: dict[str, tuple[str, Any]] = {}
+    patterns: list[tuple[str, str, str]] = []
+    for key, value in conf.items():
+        if key.startswith(PATTERN_PREFIX) and "." in key[len(PATTERN_PREFIX):]:
+            pattern, _, name = key[len(PATTERN_PREFIX):].rpartition(".")
+            if pattern_matches(pattern, queue):
+                patterns.append((pattern, name, key))
+        elif key.startswith(CONF_PREFIX) and KEYS[key[len(CONF_PREFIX):]].scope == scope:
+            found[key[len(CONF_PREFIX):]] = (key, value)
+    for _pattern, name, key in sorted(patterns, key=lambda p: _specificity(p[0])):
+        if KEYS[name].scope == scope:
+            found[name] = (key, conf[key])
+    return found
 
 
 @dataclass(frozen=True)
-class FlowConfig:
-    """The settings in force for one queue, after precedence and defaults.
+class QueueSettings:
+    """The settings in force for one queue: what every process judges it with.
 
-    ``thresholds`` are those the gate applies: none for ring queues or with
-    ``producerFlowControl=false``. ``origins`` maps each setting to the key it came from, so
-    messages can name what the user wrote.
+    ``thresholds`` are those flow control applies: none for ring queues or with
+    ``producerFlowControl=false``. ``values`` holds each setting as recorded (None: a threshold
+    left to the defaults) and ``origins`` where it came from (the key a user wrote, or
+    "default"), so messages can name it.
     """
 
     queue: str
-    thresholds: Thresholds
-    max_count: int
-    max_size: int
-    policy: Policy
-    capacity: int
-    reject_timeout: float
-    poll_interval: float
-    producer_flow_control: bool
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    max_count: int = 0
+    max_size: int = 0
+    policy: Policy = "flow"
+    producer_flow_control: bool = True
     producers_stopped: bool = False
     stall_timeout: float = 0.0
     stalled_consumer_policy: str = "flag"
+    values: Mapping[str, Any] = field(default_factory=dict, compare=False)
     origins: Mapping[str, str] = field(default_factory=dict, compare=False)
 
 
-def resolve(
-    queue: str,
-    *,
-    options: Mapping[str, Any] | None = None,
-    table_properties: Mapping[str, Any] | None = None,
-    conf: Mapping[str, Any] | None = None,
-) -> FlowConfig:
-    """Resolve the settings of ``queue``: option > table property > Spark conf > default.
-
-    Parameters
-    ----------
-    queue : str
-        The queue's name, matched against ``spark.flow.queues.<pattern>.*`` entries.
-    options : mapping, optional
-        Per-query settings by plain name (``stopCount``); keys must be known settings.
-    table_properties : mapping, optional
-        The queue table's properties; ``flow.*`` and ``qpid.*`` keys are read, others ignored.
-    conf : mapping, optional
-        Spark conf entries; ``spark.flow.*`` keys are read, others ignored.
-    """
-    global_conf, pattern_conf = _split_conf(conf or {})
-    layers: list[dict[str, Any]] = [global_conf]
-    layers += [entries for pattern, entries in pattern_conf if pattern_matches(pattern, queue)]
-    layers.append(_property_settings(table_properties or {}))
-    for key in options or {}:
-        if key not in KEYS:
-            raise UnknownKeyError(key, options[key], _closest(key, KEYS))
-    layers.append(dict(options or {}))
-
-    values: dict[str, Any] = {name: key.default for name, key in KEYS.items()}
-    origins: dict[str, str] = {name: f"{CONF_PREFIX}{name} (default)" for name in KEYS}
+def queue_settings(queue: str, *layers: Mapping[str, Any]) -> QueueSettings:
+    """Resolve a queue's settings from its recorded layers, lowest first (table properties, then
+    run-time settings): each key in any spelling (``flow.stopCount``, ``qpid.flow_stop_count``,
+    ``spark.flow.stopCount``, ``stopCount``), so an error names the key as the user wrote it;
+    keys of other systems (``delta.*``) are ignored. Every value is checked,
+    and so is the whole: Qpid's threshold rules (section 1 of the design) with errors naming
+    both keys."""
+    values: dict[str, Any] = {name: KEYS[name].default for name in QUEUE_KEYS}
+    origins: dict[str, str] = {name: "default" for name in QUEUE_KEYS}
     for layer in layers:
         for key, raw in layer.items():
-            name = _name_of(key)
+            if key in QUEUE_PROPERTIES or raw is None:
+                continue
+            if "." in key and not key.startswith((PROPERTY_PREFIX, "qpid.", CONF_PREFIX)):
+                continue  # another system's property (delta.*, ...)
+            name = setting_name(key, raw)
+            if KEYS[name].scope != "queue":
+                raise ConfigurationError(key, raw, "a queue setting here: " + ", ".join(QUEUE_KEYS),
+                                         f"{name} is a producer setting: give it as the sink's option or "
+                                         f"spark.flow.{name} in the producer's Spark conf")
             values[name] = KEYS[name].parse(key, raw)
             origins[name] = key
     thresholds = _thresholds(values, origins)
-    flow_controlled = values["producerFlowControl"] and not values["policy"].startswith("ring")
-    return FlowConfig(
+    if values["policy"].startswith("ring") and not (values["maxCount"] or values["maxSize"]):
+        raise ConfigurationError(origins["policy"], values["policy"], "a ring policy with maxCount or maxSize above 0",
+                                 "A ring queue discards its oldest messages beyond its max: give it one")
+    flow_controlled = values["producerFlowControl"] and values["policy"] == "flow"
+    return QueueSettings(
         queue=queue,
         thresholds=thresholds if flow_controlled else Thresholds(),
         max_count=values["maxCount"],
         max_size=values["maxSize"],
         policy=values["policy"],
-        capacity=values["capacity"],
-        reject_timeout=values["rejectTimeout"],
-        poll_interval=values["pollInterval"],
         producer_flow_control=values["producerFlowControl"],
         producers_stopped=values["producersStopped"],
         stall_timeout=values["stallTimeout"],
         stalled_consumer_policy=values["stalledConsumerPolicy"],
+        values=values,
         origins=origins,
     )
 
 
-def default_thresholds(max_count: int, max_size: int, stop_percent: Fraction, resume_percent: Fraction) -> Thresholds:
-    """Qpid's default thresholds: percentages of the queue's max, stop rounded up, resume down.
+def _round_half_up(value: Fraction) -> int:
+    return math.floor(value + Fraction(1, 2))
 
-    A stop percentage of 0 disables default flow control.
-    """
-    if not stop_percent:
-        return Thresholds()
+
+def default_thresholds(max_count: int, max_size: int, stop_percent: Fraction, resume_percent: Fraction) -> Thresholds:
+    """Qpid's default thresholds (``QueueFlowLimit::createLimit``): percentages of the queue's
+    max, stop rounded half up, resume rounded down. A max of 0 gives no default for its measure."""
     return Thresholds(
-        stop_count=math.ceil(max_count * stop_percent / 100),
+        stop_count=_round_half_up(max_count * stop_percent / 100),
         resume_count=math.floor(max_count * resume_percent / 100),
-        stop_size=math.ceil(max_size * stop_percent / 100),
+        stop_size=_round_half_up(max_size * stop_percent / 100),
         resume_size=math.floor(max_size * resume_percent / 100),
     )
 
 
-def _thresholds(values: dict[str, Any], origins: dict[str, str]) -> Thresholds:
-    """Explicit stop thresholds win over the defaults (as Qpid: any explicit stop, no defaults).
-
-    A resume threshold not given defaults to its stop threshold.
-    """
+def _thresholds(values: Mapping[str, Any], origins: Mapping[str, str]) -> Thresholds:
+    """Qpid's rules: the defaults fill every threshold, each explicit threshold replaces its own
+    value only; then per measure with a stop, a resume of 0 means the stop (no queue is held
+    forever at depth 0), and a resume above the stop or a stop above the max is an error."""
     stop_pct, resume_pct = values["defaultStopThreshold"], values["defaultResumeThreshold"]
     if stop_pct and resume_pct > stop_pct:
-        _raise_above(origins["defaultResumeThreshold"], resume_pct, origins["defaultStopThreshold"], stop_pct)
-    if values["stopCount"] is None and values["stopSize"] is None:
-        thresholds = default_thresholds(values["maxCount"], values["maxSize"], stop_pct, resume_pct)
-        resume_count = values["resumeCount"] if values["resumeCount"] is not None else thresholds.resume_count
-        resume_size = values["resumeSize"] if values["resumeSize"] is not None else thresholds.resume_size
-        stops = {"stopCount": thresholds.stop_count, "stopSize": thresholds.stop_size}
-    else:
-        stops = {"stopCount": values["stopCount"] or 0, "stopSize": values["stopSize"] or 0}
-        resume_count = values["resumeCount"] or stops["stopCount"]
-        resume_size = values["resumeSize"] or stops["stopSize"]
-    for stop_key, resume_key, resume in (("stopCount", "resumeCount", resume_count), ("stopSize", "resumeSize", resume_size)):
-        if stops[stop_key] and resume > stops[stop_key]:
-            _raise_above(origins[resume_key], resume, origins[stop_key], stops[stop_key])
-    return Thresholds(
-        stop_count=stops["stopCount"],
-        resume_count=resume_count if stops["stopCount"] else 0,
-        stop_size=stops["stopSize"],
-        resume_size=resume_size if stops["stopSize"] else 0,
-    )
+        _raise_above(origins, "defaultResumeThreshold", resume_pct, "defaultStopThreshold", stop_pct)
+    defaults = default_thresholds(values["maxCount"], values["maxSize"], stop_pct, resume_pct)
+    chosen: dict[str, int] = {}
+    for name, default in (("stopCount", defaults.stop_count), ("resumeCount", defaults.resume_count),
+                          ("stopSize", defaults.stop_size), ("resumeSize", defaults.resume_size)):
+        chosen[name] = values[name] if values[name] is not None else default
+    for stop, resume, maximum in (("stopCount", "resumeCount", "maxCount"), ("stopSize", "resumeSize", "maxSize")):
+        if not chosen[stop]:
+            chosen[resume] = 0
+            continue
+        if values[maximum] and chosen[stop] > values[maximum]:
+            _raise_above(origins, stop, chosen[stop], maximum, values[maximum], "a stop threshold above the max "
+                         "is never reached before the queue is full")
+        if not chosen[resume]:
+            chosen[resume] = chosen[stop]
+        elif chosen[resume] > chosen[stop]:
+            _raise_above(origins, resume, chosen[resume], stop, chosen[stop])
+    return Thresholds(chosen["stopCount"], chosen["resumeCount"], chosen["stopSize"], chosen["resumeSize"])
 
 
-def _raise_above(resume_key: str, resume: Any, stop_key: str, stop: Any) -> None:
-    raise ConfigurationError(
-        resume_key,
-        str(resume),
-        f"a value <= {stop_key}={stop} (a resume threshold above its stop threshold locks flow control on)",
-    )
+def _raise_above(origins: Mapping[str, str], key: str, value: Any, limit_key: str, limit: Any,
+                 why: str = "a resume threshold above its stop threshold locks flow control on") -> None:
+    def spelled(name: str) -> str:
+        origin = origins.get(name, "default")
+        return f"{name} (default)" if origin == "default" else origin
+
+    raise ConfigurationError(spelled(key), str(value), f"a value <= {spelled(limit_key)}={limit} ({why})")
+
+
+@dataclass(frozen=True)
+class ProducerSettings:
+    """One producer's settings: its capacity window and what it does while its queue is
+    flow-stopped (hold, reject, reject-after), parsed once where the sink is made."""
+
+    capacity: int = 10_000
+    on_full: OnFull = "hold"
+    reject_timeout: float = 30.0
+    poll_interval: float = 1.0
+
+
+def producer_settings(queue: str, options: Mapping[str, Any] | None = None,
+                      conf: Mapping[str, Any] | None = None) -> ProducerSettings:
+    """A producer's settings for ``queue``: the query's options > Spark conf (patterns over
+    ``spark.flow.<key>``) > defaults. A queue setting among the options raises, saying where
+    it belongs."""
+    values = {name: KEYS[name].default for name in PRODUCER_KEYS}
+    for name, (key, raw) in conf_settings(queue, conf or {}, "producer").items():
+        values[name] = KEYS[name].parse(key, raw)
+    for name, raw in producer_options(options or {}).items():
+        values[name] = KEYS[name].parse(name, raw)
+    return ProducerSettings(values["capacity"], values["onFull"], values["rejectTimeout"], values["pollInterval"])
+
+
+def producer_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """The producer settings among a query's options, by canonical name (Spark lower-cases
+    data source options); a queue setting raises, naming where it belongs."""
+    canonical = {name.lower(): name for name in KEYS}
+    settings = {}
+    for key, value in options.items():
+        name = canonical.get(key.lower())
+        if name is None:
+            raise UnknownKeyError(key, value, _closest(key, PRODUCER_KEYS))
+        if KEYS[name].scope != "producer":
+            raise QueueSettingError(name, value)
+        settings[name] = value
+    return settings
 
 
 def flow_conf(conf: Iterable[tuple[str, str]] | Mapping[str, str]) -> dict[str, str]:
@@ -375,31 +434,37 @@ def session_flow_conf(spark: SparkSession) -> dict[str, str]:
     return {key: entries.get(key) for key in (keys[i] for i in range(len(keys)))}
 
 
-def check_options(options: Mapping[str, Any], own: Iterable[str]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-    """Split a query's options into its own options, flow settings and passed-on Spark conf.
+def split_options(options: Mapping[str, Any], own: Iterable[str]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """Split a query's options into its own options, producer settings and passed-on Spark conf.
 
     Option names match case-insensitively (Spark lower-cases data source options) and come back
     in their canonical spelling. Options named ``spark.flow.*`` carry the Spark conf into places
-    that have no SparkSession (Python data source workers) and rank as conf, below table
-    properties. Any other unknown option raises, naming the closest known one.
+    that have no SparkSession (Python data source workers). A queue setting raises, saying where
+    it belongs; any other unknown option raises, naming the closest known one.
     """
     own = list(own)
-    canonical = {name.lower(): name for name in own + list(KEYS)}
-    conf_names = {CONF_PREFIX.lower() + name.lower(): CONF_PREFIX + name for name in KEYS}
-    mine, settings, conf = {}, {}, {}
+    canonical = {name.lower(): name for name in own}
+    mine, rest, conf = {}, {}, {}
     for key, value in options.items():
-        name = canonical.get(key.lower())
-        if name in own:
-            mine[name] = value
-        elif name is not None:
-            settings[name] = value
-        elif key.lower().startswith(PATTERN_PREFIX.lower()):
-            conf[key] = value
-        elif key.lower() in conf_names:
-            conf[conf_names[key.lower()]] = value
+        if key.lower() in canonical:
+            mine[canonical[key.lower()]] = value
         elif key.lower().startswith(CONF_PREFIX.lower()):
-            closest = _closest(key.lower(), conf_names)
-            raise UnknownKeyError(key, value, closest and conf_names[closest])
+            conf[_conf_spelling(key, value)] = value
+        elif key.lower() in {name.lower() for name in KEYS}:
+            rest[key] = value
         else:
-            raise UnknownKeyError(key, value, _closest(key, own + list(KEYS)))
-    return mine, settings, conf
+            raise UnknownKeyError(key, value, _closest(key, own + list(PRODUCER_KEYS)))
+    check_conf(conf)
+    return mine, producer_options(rest), conf
+
+
+def _conf_spelling(key: str, value: Any) -> str:
+    """A ``spark.flow.*`` key as Spark conf spells it (data source options arrive lower-cased)."""
+    if key.lower().startswith(PATTERN_PREFIX.lower()):
+        pattern, _, name = key[len(PATTERN_PREFIX):].rpartition(".")
+        spelled = {n.lower(): n for n in KEYS}.get(name.lower(), name)
+        return f"{PATTERN_PREFIX}{pattern}.{spelled}"
+    spelled = {CONF_PREFIX.lower() + n.lower(): CONF_PREFIX + n for n in KEYS}
+    if key.lower() not in spelled:
+        raise UnknownKeyError(key, value, _closest(key, list(spelled.values())))
+    return spelled[key.lower()]

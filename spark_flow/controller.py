@@ -21,25 +21,27 @@ import json
 import logging
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import astuple, dataclass, field
+from dataclasses import astuple, dataclass
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit
 
 from spark_flow.config import (
-    CONF_PREFIX,
-    check_options,
+    check_conf,
+    conf_settings,
     parse_count,
     parse_duration,
     pattern_matches,
+    queue_settings,
     session_flow_conf,
+    split_options,
 )
 from spark_flow.exceptions import ConfigurationError, SubscriptionNotFoundError
 from spark_flow.home import HOME_CONF, Registry, control_path
 from spark_flow.queue import normalize_path, open_queue, queue_location
 from spark_flow.state import FlowState, Thresholds
-from spark_flow.status import CommandLog, append_history, write_status
+from spark_flow.status import CommandLog, append_history, command_settings, with_settings, write_status
 from spark_flow.subscriptions import Subscription
 
 if TYPE_CHECKING:
@@ -86,23 +88,21 @@ class ObservePartition(InputPartition):
     commands_after: int = -1
     commands_upto: int = -1
     home: str = ""
-    conf: Mapping[str, str] = field(default_factory=dict)
 
 
 class FlowControlDataSource(DataSource):
     """``spark.readStream.format("flowcontrol").option("home", home)``: one observation per queue
     and subscription of the home's registry each micro-batch, plus the operator commands issued
-    since the last one. Options: ``home``, ``maxPartitions`` (read tasks, default 2), and
-    ``spark.flow.*`` conf passed on by :func:`start_controller`."""
+    since the last one. Options: ``home``, ``maxPartitions`` (read tasks, default 2). Each queue
+    is judged with its recorded settings, as its gates judge it."""
 
     def __init__(self, options: dict[str, str]) -> None:
         super().__init__(options)
-        own, _settings, conf = check_options(options, ("home", "maxPartitions"))
+        own, _producer, _conf = split_options(options, ("home", "maxPartitions"))
         if not own.get("home"):
             raise ConfigurationError("home", own.get("home"), "the control plane's location (spark.flow.home)")
         self.home = normalize_path(own["home"])
         self.max_partitions = parse_count("maxPartitions", own.get("maxPartitions", 2), minimum=1)
-        self.conf = conf
 
     @classmethod
     def name(cls) -> str:
@@ -112,17 +112,16 @@ class FlowControlDataSource(DataSource):
         return OBSERVATION_SCHEMA
 
     def streamReader(self, schema: Any) -> ObservationReader:
-        return ObservationReader(self.home, self.max_partitions, self.conf)
+        return ObservationReader(self.home, self.max_partitions)
 
 
 class ObservationReader(DataSourceStreamReader):
     """Offsets ``{"tick": n, "commands": id}``: every trigger is a new look, and the commands up
     to ``id`` belong to that batch, so a replayed batch applies the same commands."""
 
-    def __init__(self, home: str, max_partitions: int, conf: Mapping[str, str]) -> None:
+    def __init__(self, home: str, max_partitions: int) -> None:
         self.home = home
         self.max_partitions = max_partitions
-        self.conf = dict(conf)
 
     def initialOffset(self) -> dict:
         return {"tick": 0, "commands": -1}
@@ -137,12 +136,12 @@ class ObservationReader(DataSourceStreamReader):
         queues = tuple(Registry(self.home).queues().items())
         parts = max(1, min(self.max_partitions, len(queues)))
         return [ObservePartition(queues[i::parts], start["commands"] if i == 0 else -1,
-                                 end["commands"] if i == 0 else -1, self.home, self.conf) for i in range(parts)]
+                                 end["commands"] if i == 0 else -1, self.home) for i in range(parts)]
 
     def read(self, partition: ObservePartition) -> Iterator[tuple]:
         for name, path in partition.queues:
             try:
-                yield from _observe(name, path, partition.conf)
+                yield from _observe(name, path)
             except Exception as error:  # a queue dropped or unreadable: its keys time out
                 log.warning("cannot observe queue %r at %s: %s", name, path, error)
         if partition.commands_upto > partition.commands_after:
@@ -169,12 +168,13 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def _observe(name: str, path: str, conf: Mapping[str, str]) -> Iterator[tuple]:
-    """One observation per subscription of a queue: depth, thresholds, the recorded flow state."""
+def _observe(name: str, path: str) -> Iterator[tuple]:
+    """One observation per subscription of a queue: depth, the queue's recorded settings, the
+    recorded flow state."""
     queue = open_queue(path)
     latest = queue.refresh()
-    config = queue.config(conf=conf)
-    thresholds = config.thresholds
+    settings = queue.settings()
+    thresholds = settings.thresholds
     subs = queue.subscriptions.list()
     for sub in subs:
         commits = queue.ledger.commits(sub.position, latest)
@@ -186,8 +186,8 @@ def _observe(name: str, path: str, conf: Mapping[str, str]) -> Iterator[tuple]:
             depth_size=sum(c.size for c in commits), oldest_enqueue=oldest,
             stop_count=thresholds.stop_count, resume_count=thresholds.resume_count,
             stop_size=thresholds.stop_size, resume_size=thresholds.resume_size,
-            producers_stopped=config.producers_stopped, stall_timeout=config.stall_timeout,
-            stalled_policy=config.stalled_consumer_policy, recorded_stopped=sub.flow_stopped,
+            producers_stopped=settings.producers_stopped, stall_timeout=settings.stall_timeout,
+            stalled_policy=settings.stalled_consumer_policy, recorded_stopped=sub.flow_stopped,
             recorded_count=sub.flow_stopped_count,
             recorded_transition=int(transition.timestamp() * 1000) if transition else None,
         )
@@ -366,19 +366,18 @@ class ControllerSink:
         append_history(self.home, history, f"spark-flow-controller/{query_id}", batch_id)
 
     def _apply(self, row: Mapping[str, Any]) -> dict[str, Any]:
-        """Apply one command to one queue; an error is recorded, not raised (it was checked when issued)."""
-        settings = json.loads(row["settings"] or "{}")
+        """Apply one command to one queue; an error is recorded, not raised (it was checked when
+        issued). The queue's settings as they will be are checked whole before anything is
+        written, so a command is applied whole or not at all."""
+        settings = command_settings(row["command"], json.loads(row["settings"] or "{}"))
         detail = f"command {row['command_id']}: {row['command']} {json.dumps(settings) if settings else ''}".strip()
         try:
             if row["path"] is None:
                 raise LookupError(f"no registered queue matches {row['queue']!r}")
             queue = open_queue(row["path"])
-            if row["command"] == "stop-producers":
-                settings = {"producersStopped": "true"}
-            elif row["command"] == "start-producers":
-                settings = {"producersStopped": "false"}
-            queue.overrides.apply(settings, row["command_id"])
-            queue.config()  # the settings as now in force must resolve
+            if row["command_id"] > queue.overrides.applied():  # a replayed batch's commands are in already
+                queue_settings(queue.name, queue.properties(), with_settings(queue.overrides.settings(), settings))
+                queue.overrides.apply(settings, row["command_id"])
             log.info("queue %r: applied %s", row["queue"], detail)
             event = "command"
         except Exception as error:
@@ -474,16 +473,18 @@ def start_controller(
         raise ConfigurationError(HOME_CONF, home, "the control plane's location (a directory or object store path)")
     home = normalize_path(home)
     forget_ms = int(parse_duration("forget_after", forget_after, minimum=0.001) * 1000)
+    conf = session_flow_conf(spark)
+    check_conf(conf)
+    ignored = sorted(key for key, _raw in conf_settings("", conf, "queue").values())
+    if ignored:
+        log.warning("the controller judges every queue with the settings recorded with it; its own Spark conf's "
+                    "queue settings are not used: %s (spark-flow set changes a queue's)", ", ".join(ignored))
     registry = Registry(home)
     for queue in queues:
         handle = open_queue(queue_location(spark, queue))
         registry.register(handle.name, handle.path)
     spark.dataSource.register(FlowControlDataSource)
-    reader = spark.readStream.format("flowcontrol").option("home", home)
-    for key, value in session_flow_conf(spark).items():
-        if key != CONF_PREFIX + "home":
-            reader = reader.option(key, value)
-    observations = reader.load()
+    observations = spark.readStream.format("flowcontrol").option("home", home).load()
     steps = observations.groupBy("queue", "subscription").applyInPandasWithState(
         FlowStep(forget_ms), OUTPUT_SCHEMA, STATE_SCHEMA, "Update", GroupStateTimeout.ProcessingTimeTimeout)
     checkpoint = checkpoint_location or control_path(home, "checkpoints/controller")

@@ -91,3 +91,15 @@ class QueueFullTimeoutError(FlowControlError):
 class HoldInterruptedError(SparkFlowError):
     """Thrown when a query is stopped while held between two chunks of a batch; the batch is
     not complete, so it is replayed (and its enqueued chunks skipped) when the query restarts."""
+
+
+class QueueSettingError(ConfigurationError):
+    """Thrown when a queue setting is given where only a producer's or consumer's settings go
+    (a query's options): a queue has one value for every process, recorded with the queue."""
+
+    def __init__(self, key: str, value: Any) -> None:
+        super().__init__(key, value, "a producer setting here: capacity, onFull, rejectTimeout, pollInterval",
+                         f"{key} is a queue setting, one value for every process of the queue: give it where the "
+                         f"queue is declared (declare(..., settings={{'{key}': ...}}), a flow.{key} table property, "
+                         f"spark.flow.{key} in the conf of the job that declares or first writes the queue) or "
+                         f"change it at run time with `spark-flow set <queue> {key}=...`")

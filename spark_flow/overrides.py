@@ -4,6 +4,8 @@ They live in a small Delta table beside the queue's subscriptions, not in the qu
 properties: a metadata commit on the queue table would fail every producer's append that runs
 at the same time (Delta's ``MetadataChangedException``). The controller writes them, in command
 order; gates read them on every look at the queue, as a layer just above the table properties.
+A removed setting (``unset``) keeps its row with no value, so an older command replayed after
+it cannot bring the value back.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ def _schema() -> pa.Schema:
 
     return pa.schema([
         pa.field("key", pa.string(), nullable=False),
-        pa.field("value", pa.string(), nullable=False),
+        pa.field("value", pa.string()),
         pa.field("command_id", pa.int64(), nullable=False),
         pa.field("updated_at", pa.timestamp("us", tz="UTC"), nullable=False),
     ])
@@ -39,6 +41,7 @@ class OverrideTable:
         self._table: DeltaTable | None = None
         self._version = -1
         self._settings: dict[str, str] = {}
+        self._applied = -1
 
     def _open(self) -> DeltaTable | None:
         from deltalake import DeltaTable
@@ -55,20 +58,27 @@ class OverrideTable:
         """The settings in force, read again only when the table has a new version."""
         table = self._open()
         if table is not None and table.version() != self._version:
-            rows = table.to_pyarrow_table(columns=["key", "value"]).to_pylist()
-            self._settings = {row["key"]: row["value"] for row in rows}
+            rows = table.to_pyarrow_table(columns=["key", "value", "command_id"]).to_pylist()
+            self._settings = {row["key"]: row["value"] for row in rows if row["value"] is not None}
+            self._applied = max((row["command_id"] for row in rows), default=-1)
             self._version = table.version()
         return dict(self._settings)
 
-    def apply(self, settings: Mapping[str, str], command_id: int) -> None:
-        """Set ``settings`` as command ``command_id`` did; an older command never overwrites a newer one,
-        so applying a command again (a replayed controller batch) changes nothing."""
+    def applied(self) -> int:
+        """The id of the newest command applied to this queue, -1 if none."""
+        self.settings()
+        return self._applied
+
+    def apply(self, settings: Mapping[str, str | None], command_id: int) -> None:
+        """Set ``settings`` as command ``command_id`` did (None removes a setting); an older command
+        never overwrites a newer one, so applying a command again (a replayed controller batch)
+        changes nothing."""
         import pyarrow as pa
         from deltalake import DeltaTable, write_deltalake
 
         now = datetime.now(UTC)
         rows = pa.Table.from_pylist(
-            [{"key": k, "value": str(v), "command_id": command_id, "updated_at": now} for k, v in settings.items()],
+            [{"key": k, "value": None if v is None else str(v), "command_id": command_id, "updated_at": now} for k, v in settings.items()],
             schema=_schema(),
         )
         if self._open() is None:

@@ -9,24 +9,34 @@ source workers; :func:`declare` uses Spark, because catalog tables and DDL live 
 
 from __future__ import annotations
 
-import difflib
+import logging
 import posixpath
 import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
-from spark_flow.config import KEYS, PROPERTY_PREFIX, QPID_ALIASES, FlowConfig, resolve, session_flow_conf
+from spark_flow.config import (
+    KEYS,
+    PROPERTY_PREFIX,
+    QueueSettings,
+    conf_settings,
+    queue_settings,
+    session_flow_conf,
+    setting_name,
+)
 from spark_flow.exceptions import ConfigurationError, QueueNotFoundError, SchemaMismatchError, UnknownKeyError
 from spark_flow.history import HistoryTable
 from spark_flow.home import HOME_CONF, Registry
 from spark_flow.ledger import Depth, Ledger
 from spark_flow.overrides import OverrideTable
-from spark_flow.subscriptions import DEFAULT_SUBSCRIPTION, Subscription, SubscriptionTable
+from spark_flow.subscriptions import DEFAULT_SUBSCRIPTION, Subscription, SubscriptionTable, retry_commit
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import SparkSession
     from pyspark.sql.types import StructType
+
+log = logging.getLogger("spark_flow.queue")
 
 QUEUE_NAME = "flow.queueName"
 STATE_LOCATION = "flow.stateLocation"
@@ -91,11 +101,42 @@ class Queue:
         """Where the queue's subscriptions, history and run-time settings live."""
         return self.properties()[STATE_LOCATION]
 
-    def config(self, options: Mapping[str, Any] | None = None, conf: Mapping[str, Any] | None = None) -> FlowConfig:
-        """The flow settings in force: ``options`` > run-time settings (``set``, ``stop-producers``)
-        > table properties > ``conf`` > defaults."""
-        overrides = {PROPERTY_PREFIX + key: value for key, value in self.overrides.settings().items()}
-        return resolve(self.name, options=options, table_properties={**self.properties(), **overrides}, conf=conf)
+    def settings(self) -> QueueSettings:
+        """The queue settings in force, as every process judges the queue: run-time settings
+        (``set``, ``stop-producers``) over table properties over defaults."""
+        return queue_settings(self.name, self.properties(), self.overrides.settings())
+
+    def record_conf(self, conf: Mapping[str, Any]) -> QueueSettings:
+        """Record the queue settings a process's Spark conf gives explicitly and the queue has
+        none recorded for, so every other process judges the queue with them; return the
+        settings in force. A conf value that differs from the recorded one is not applied and is
+        logged once. The record is a compare-and-set on the table's metadata (a concurrent
+        recorder makes it read again), and the whole is checked before it is written."""
+        given = conf_settings(self.name, conf, "queue")
+        if not given:
+            self.refresh()
+            return self.settings()
+
+        def attempt() -> dict[str, tuple[str, Any]]:
+            from deltalake import DeltaTable
+
+            table = DeltaTable(self.path, storage_options=self.storage_options or None)
+            properties, runtime = table.metadata().configuration, self.overrides.settings()
+            recorded = {setting_name(k) for k in [*properties, *runtime] if _is_setting(k)}
+            missing = {name: entry for name, entry in given.items() if name not in recorded}
+            if missing:
+                queue_settings(self.name, properties, dict(missing.values()), runtime)  # the whole must hold
+                table.alter.set_table_properties({PROPERTY_PREFIX + n: str(raw) for n, (_k, raw) in missing.items()},
+                                                 raise_if_not_exists=False)
+            return missing
+
+        missing = retry_commit(attempt)
+        self.refresh()
+        settings = self.settings()
+        for name, (key, raw) in given.items():
+            if name not in missing:
+                _report_difference(settings, name, key, raw)
+        return settings
 
     def schema(self) -> pa.Schema:
         """The messages' schema (the table's columns) as Arrow, with the plain string and binary
@@ -160,11 +201,11 @@ class Queue:
         """The last ``txnVersion`` committed by ``app_id`` (as of the last refresh), or None."""
         return self._table.transaction_version(app_id)
 
-    def discard_oldest(self, config: FlowConfig) -> dict[str, int]:
+    def discard_oldest(self, settings: QueueSettings) -> dict[str, int]:
         """Ring policies: move each subscription deeper than the queue's max past its oldest
         commits until it fits (the newest commit is always kept); return the messages discarded
         per subscription."""
-        limit = Depth(config.max_count or 0, config.max_size or 0)
+        limit = Depth(settings.max_count, settings.max_size)
         if not limit.count and not limit.size:
             return {}
         latest = self._table.version()
@@ -209,6 +250,23 @@ def _plain(schema: pa.Schema) -> pa.Schema:
     return pa.schema([f.with_type(plain.get(f.type, f.type)) for f in schema])
 
 
+_REPORTED: set[tuple[str, str, str]] = set()
+
+
+def _is_setting(key: str) -> bool:
+    return key not in (QUEUE_NAME, STATE_LOCATION) and (key.startswith(("flow.", "qpid.")) or "." not in key)
+
+
+def _report_difference(settings: QueueSettings, name: str, key: str, raw: Any) -> None:
+    """Log, once per process, a conf value that is not applied because the queue records another."""
+    if KEYS[name].parse(key, raw) == settings.values[name] or (settings.queue, key, str(raw)) in _REPORTED:
+        return
+    _REPORTED.add((settings.queue, key, str(raw)))
+    log.warning("queue %r: %s=%s (Spark conf) is not applied: the queue's %s is %s (%s), one value for every "
+                "process of the queue; to change it: spark-flow set %s %s=%s", settings.queue, key, raw, name,
+                settings.values[name], settings.origins[name], settings.queue, name, raw)
+
+
 def _over(depth: Depth, limit: Depth) -> bool:
     return bool((limit.count and depth.count > limit.count) or (limit.size and depth.size > limit.size))
 
@@ -240,14 +298,13 @@ def _is_path(queue: str) -> bool:
 
 def _queue_properties(settings: Mapping[str, Any]) -> dict[str, str]:
     """Declare arguments as ``flow.*`` table properties (``maxCount``, ``flow.maxCount`` and
-    ``qpid.max_count`` all become ``flow.maxCount``)."""
+    ``qpid.max_count`` all become ``flow.maxCount``); only queue settings are declared."""
     properties = {}
     for key, value in settings.items():
-        name = QPID_ALIASES.get(key) or (key[len(PROPERTY_PREFIX):] if key.startswith(PROPERTY_PREFIX) else key)
-        if name not in KEYS:
-            known = list(KEYS) + list(QPID_ALIASES)
-            closest = difflib.get_close_matches(key, known, n=1)
-            raise UnknownKeyError(key, value, closest[0] if closest else None)
+        name = setting_name(key, value)
+        if KEYS[name].scope != "queue":
+            raise ConfigurationError(key, value, "a queue setting", f"{name} is a producer setting: give it to the "
+                                                                    f"producer's QueueSink options or its Spark conf")
         properties[PROPERTY_PREFIX + name] = str(value)
     return properties
 
@@ -274,9 +331,11 @@ def declare(
     schema : StructType or DDL string, optional
         The messages' columns. Required to create a queue; checked against an existing one.
     settings : mapping, optional
-        Limits and policy, by setting name (``maxCount``), table property (``flow.maxCount``)
-        or Qpid argument (``qpid.max_count``). Stored as ``flow.*`` table properties; declaring
-        an existing queue again updates them.
+        Queue settings (limits, policy), by setting name (``maxCount``), table property
+        (``flow.maxCount``) or Qpid argument (``qpid.max_count``). Stored as ``flow.*`` table
+        properties; declaring an existing queue again updates them. Queue settings the session's
+        Spark conf gives (``spark.flow.stopCount``, ``spark.flow.queues.<pattern>.<key>``) are
+        recorded too where the queue has none: every process then judges the queue with them.
     state_location : str, optional
         Where the queue's subscriptions live. Default: ``spark.flow.home``/<queue name> if that
         conf is set, else ``_flow`` inside the table's directory (Delta ignores ``_`` folders).
@@ -286,7 +345,8 @@ def declare(
     Returns
     -------
     Queue
-        A handle with a ``default`` subscription at the earliest position.
+        A handle; a new queue has a ``default`` subscription at the earliest position, and an
+        existing one keeps its subscriptions as they are.
 
     Examples
     --------
@@ -299,7 +359,7 @@ def declare(
     properties = _queue_properties(settings or {})
     name = posixpath.basename(queue.rstrip("/")) if _is_path(queue) else queue
     conf = session_flow_conf(spark)
-    resolve(name, table_properties=properties, conf=conf)  # every bad value fails before any write
+    given = {key: raw for key, raw in conf_settings(name, conf, "queue").values()}
     wanted = StructType.fromDDL(schema) if isinstance(schema, str) else schema
     target = f"delta.`{queue}`" if _is_path(queue) else queue
 
@@ -309,19 +369,26 @@ def declare(
             raise SchemaMismatchError(name, existing.simpleString(), wanted.simpleString(),
                                       "the existing table's columns differ from the declared schema")
         current = DeltaTable.forPath(spark, queue) if _is_path(queue) else DeltaTable.forName(spark, queue)
-        has = current.detail().first()["properties"]
-        resolve(name, table_properties={**has, **properties}, conf=conf)  # new settings with the kept ones
-        location = normalize_path(current.detail().first()["location"])
+        detail = current.detail().first()
+        has, location = detail["properties"], normalize_path(detail["location"])
+        state = has.get(STATE_LOCATION) or _state_location(state_location, conf, name, location)
+        runtime = OverrideTable(posixpath.join(state, "overrides")).settings()
+        recorded = {setting_name(k) for k in [*has, *properties, *runtime] if _is_setting(k)}
+        missing = {key: raw for key, raw in given.items() if setting_name(key) not in recorded}
+        queue_settings(name, has, missing, properties, runtime)  # the whole as it will be, before any write
         properties.setdefault(QUEUE_NAME, has.get(QUEUE_NAME, name))
-        properties.setdefault(STATE_LOCATION, has.get(STATE_LOCATION) or _state_location(state_location, conf, name, location))
+        properties.setdefault(STATE_LOCATION, state)
         properties["delta.enableChangeDataFeed"] = "true"
-        spark.sql(f"ALTER TABLE {target} SET TBLPROPERTIES ({_sql_properties(properties)})")
+        if any(has.get(k) != v for k, v in properties.items()):
+            spark.sql(f"ALTER TABLE {target} SET TBLPROPERTIES ({_sql_properties(properties)})")
     else:
         if wanted is None:
             raise QueueNotFoundError(name, "it does not exist yet, and a schema is needed to create it")
+        queue_settings(name, given, properties)  # every bad value fails before any write
         if _is_path(queue) and _path_has_files(spark, queue):
             raise QueueNotFoundError(queue, "the path holds files that are not a Delta table; "
                                             "declare a queue on an empty path or on a Delta table")
+        properties = {**_queue_properties(given), **properties}
         builder = DeltaTable.createIfNotExists(spark)
         builder = builder.location(queue) if _is_path(queue) else builder.tableName(queue)
         builder = builder.addColumns(wanted).property("delta.enableChangeDataFeed", "true").property(QUEUE_NAME, name)
@@ -332,8 +399,9 @@ def declare(
         spark.sql(f"ALTER TABLE {target} SET TBLPROPERTIES "
                   f"({_sql_properties({STATE_LOCATION: _state_location(state_location, conf, name, location)})})")
     handle = Queue(location)
-    handle.subscriptions.create_table()
-    handle.subscriptions.create(DEFAULT_SUBSCRIPTION, -1)
+    if handle.subscriptions.create_table():  # a new queue; a declared one keeps its subscriptions
+        handle.subscriptions.create(DEFAULT_SUBSCRIPTION, -1)
+    handle.record_conf(conf)
     if conf.get(HOME_CONF):
         Registry(normalize_path(conf[HOME_CONF])).register(handle.name, handle.path)
     with _OPEN_LOCK:

@@ -16,19 +16,21 @@ replay cuts the same chunks.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import logging
 import math
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import reduce
 from typing import TYPE_CHECKING, Any
 
-from spark_flow.config import check_options, resolve, session_flow_conf
+from spark_flow.config import ProducerSettings, producer_settings, session_flow_conf, split_options
 from spark_flow.exceptions import ConfigurationError, HoldInterruptedError, QueueFullError, SchemaMismatchError
 from spark_flow.gate import Gate, GateStatus
 from spark_flow.ledger import METADATA_KEY, Depth
-from spark_flow.queue import open_queue, queue_location
+from spark_flow.queue import Queue, open_queue, queue_location
 from spark_flow.state import Thresholds
 
 if TYPE_CHECKING:
@@ -41,6 +43,7 @@ log = logging.getLogger("spark_flow.sink")
 TXN_SPAN = 2**32
 _ROW = "__spark_flow_row"
 _COMPRESSED = "spark.sql.inMemoryColumnarStorage.compressed"
+_WRITE_RETRIES = 10
 
 #: The sink of each streaming query in this process, by query id, for query listeners.
 SINKS: dict[str, QueueSink] = {}
@@ -133,8 +136,11 @@ class QueueSink:
     size_column : str, optional
         A column holding each message's content size in bytes (it is enqueued like the others).
     options : mapping, optional
-        Flow settings of this producer (``capacity``, ``policy``, ``stopCount``, ...), above
-        table properties and Spark conf.
+        This producer's settings (``capacity``, ``onFull``, ``rejectTimeout``, ``pollInterval``),
+        above the Spark conf. A queue's settings (thresholds, policy) are the queue's, the same
+        for every producer: a queue setting here raises :class:`QueueSettingError`. Queue settings
+        in the Spark conf that the queue has none recorded for are recorded with it at the
+        first batch.
     app_id : str, optional
         The ``txnAppId`` for batches written outside a streaming query (default: the query id).
 
@@ -149,20 +155,20 @@ class QueueSink:
                  app_id: str | None = None) -> None:
         if (queue is None) == (route_column is None):
             raise ConfigurationError("queue", queue, "exactly one of queue or route_column")
-        _own, self.settings, self.conf = check_options(dict(options or {}), ())
-        resolve(str(queue), options=self.settings, conf=self.conf)  # bad values fail here, not mid-stream
+        _own, self.options, self.conf = split_options(dict(options or {}), ())
+        producer_settings(str(queue), self.options, self.conf)  # bad values fail here, not mid-stream
         self.queue = queue
         self.route_column = route_column
         self.size_column = size_column
         self.app_id = app_id
         self.last: dict[str, BatchReport] = {}
-        self._locations: dict[str, str] = {}
+        self._gates: dict[str, Gate] = {}  # by destination, made at its first batch
+        self._session_conf: dict[str, str] | None = None
         self._held: dict[str, float] = {}  # seconds the current batch was held, per queue path
         self._sizes: dict[str, tuple[Column, tuple[Column, Column]]] = {}  # by schema (JSON)
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         spark = batch.sparkSession
-        conf = {**session_flow_conf(spark), **self.conf}
         query_id = spark.sparkContext.getLocalProperty("sql.streaming.queryId")
         if query_id:
             SINKS[query_id] = self
@@ -172,15 +178,27 @@ class QueueSink:
         is_active = _activity(query_id)
         with _cached(batch) as batch:
             parts = self._route(batch)
-            gates = {dest: Gate(open_queue(self._location(spark, dest)), self.settings, conf) for dest in parts}
+            gates = {dest: self._gate(spark, dest) for dest in parts}
             self._held = dict.fromkeys((gate.queue.path for gate in gates.values()), 0.0)
-            rows = self._check(parts, gates, conf)
+            rows = self._check(parts, gates)
             enqueued = {dest: self._enqueue(part, gates[dest], app_id, batch_id, is_active)
                         for dest, part in rows.items()}
         self._hold(batch_id, gates, enqueued, is_active)
 
-    def _check(self, parts: Mapping[str, DataFrame], gates: Mapping[str, Gate],
-               conf: Mapping[str, Any]) -> dict[str, DataFrame]:
+    def _gate(self, spark: SparkSession, dest: str) -> Gate:
+        """The gate of a destination, made at its first batch: the producer's settings parsed
+        once, and the queue settings of the Spark conf recorded with the queue (so the queue's
+        other processes judge it with them)."""
+        if dest not in self._gates:
+            if self._session_conf is None:
+                self._session_conf = session_flow_conf(spark)
+            conf = {**self._session_conf, **self.conf}
+            queue = open_queue(queue_location(spark, dest))
+            queue.record_conf(conf)
+            self._gates[dest] = Gate(queue, producer_settings(queue.name, self.options, conf))
+        return self._gates[dest]
+
+    def _check(self, parts: Mapping[str, DataFrame], gates: Mapping[str, Gate]) -> dict[str, DataFrame]:
         """Every destination's schema and settings, before the first write: a batch routed to
         several queues is refused whole, never enqueued into some of them. Returns each part
         with its columns in its queue's order."""
@@ -191,13 +209,8 @@ class QueueSink:
             queue = gates[dest].queue
             queue.refresh()
             conformed[dest] = conform(part, from_arrow_schema(queue.schema()), queue.name)
-            queue.config(self.settings, conf)
+            queue.settings()
         return conformed
-
-    def _location(self, spark: SparkSession, queue: str) -> str:
-        if queue not in self._locations:
-            self._locations[queue] = queue_location(spark, queue)
-        return self._locations[queue]
 
     def _route(self, batch: DataFrame) -> dict[str, DataFrame]:
         if self.route_column is None:
@@ -231,19 +244,19 @@ class QueueSink:
                 log.info("batch %d already enqueued into %r (replay); skipping its write", batch_id, queue.name)
             return Depth(count, total_size)
         status = gate.observe()
-        if status.config.policy == "ring-strict":
+        if status.settings.policy == "ring-strict":
             _refuse_over_max(queue.name, status, Depth(count, total_size))
-        if status.config.policy != "flow" or done > 0 or status.config.producers_stopped:
-            # reject policies refuse before writing; a replay, or a producer an operator stopped,
+        if gate.producer.on_full != "hold" or done > 0 or status.settings.producers_stopped:
+            # reject producers refuse before writing; a replay, or a producer an operator stopped,
             # goes on only when there is room.
             status = self._admit(gate, is_active)
-        if done == 0 and count <= _allowed(status):
-            self._write(rows, queue.path, app_id, base + count, count, total_size, batch_id)
+        if done == 0 and count <= _allowed(status, gate.producer):
+            self._write(rows, queue, app_id, base + count, count, total_size, batch_id)
         else:
             self._write_chunks(rows, size, gate, status, app_id, batch_id, done, count, is_active)
-        if status.config.policy.startswith("ring"):
+        if status.settings.policy.startswith("ring"):
             queue.refresh()
-            queue.discard_oldest(status.config)
+            queue.discard_oldest(status.settings)
         return Depth(count, total_size)
 
     def _message_size(self, schema: StructType) -> tuple[Column, tuple[Column, Column]]:
@@ -268,7 +281,7 @@ class QueueSink:
         orderable = [F.col(f"`{f.name}`") for f in rows.schema.fields if not isinstance(f.dataType, MapType)]
         order = Window.orderBy(F.xxhash64(*[F.col(f"`{n}`") for n in rows.columns]), *orderable)
         indexed = rows.withColumn(_ROW, F.row_number().over(order) - 1).persist()
-        window = int(min(count - done, _allowed(status)))  # chunk size, fixed for this batch
+        window = int(min(count - done, _allowed(status, gate.producer)))  # chunk size, fixed for this batch
         chunk_of = F.floor((F.col(_ROW) - done) / window)
         try:
             sizes = dict(indexed.filter(F.col(_ROW) >= done).groupBy(chunk_of.alias("chunk"))
@@ -278,7 +291,7 @@ class QueueSink:
                 if chunk_index:
                     self._admit(gate, is_active)
                 chunk = indexed.filter((F.col(_ROW) >= lo) & (F.col(_ROW) < hi)).drop(_ROW)
-                self._write(chunk, gate.queue.path, app_id, batch_id * TXN_SPAN + hi, hi - lo,
+                self._write(chunk, gate.queue, app_id, batch_id * TXN_SPAN + hi, hi - lo,
                             sizes[chunk_index], batch_id)
         finally:
             _unpersist(indexed)
@@ -293,13 +306,27 @@ class QueueSink:
         return status
 
     @staticmethod
-    def _write(rows: DataFrame, path: str, app_id: str, txn_version: int, count: int, size: int,
+    def _write(rows: DataFrame, queue: Queue, app_id: str, txn_version: int, count: int, size: int,
                batch_id: int) -> None:
+        """Append rows as one idempotent commit. A metadata commit on the queue at the same time
+        (ALTER TBLPROPERTIES, a declare, a process recording its conf's settings) fails the append
+        with Delta's MetadataChangedException; the append is tried again, and its ``txnVersion``
+        makes sure it is written once."""
+        from delta.exceptions import MetadataChangedException, ProtocolChangedException
+
         metadata = {METADATA_KEY: {"count": int(count), "size": int(size), "producer": app_id, "batch": batch_id}}
-        (rows.write.format("delta").mode("append")
-         .option("txnAppId", app_id).option("txnVersion", str(txn_version))
-         .option("userMetadata", json.dumps(metadata))
-         .save(path))
+        writer = (rows.write.format("delta").mode("append").option("txnAppId", app_id)
+                  .option("txnVersion", str(txn_version)).option("userMetadata", json.dumps(metadata)))
+        for attempt in itertools.count():
+            try:
+                writer.save(queue.path)
+                return
+            except (MetadataChangedException, ProtocolChangedException) as error:
+                if attempt >= _WRITE_RETRIES:
+                    raise
+                log.info("queue %r: its metadata changed during batch %d's append (%s); appending again",
+                         queue.name, batch_id, type(error).__name__)
+                time.sleep(min(0.05 * 2**attempt, 1.0))
 
     def _hold(self, batch_id: int, gates: Mapping[str, Gate], enqueued: Mapping[str, Depth],
               is_active: Callable[[], bool]) -> None:
@@ -309,11 +336,11 @@ class QueueSink:
             statuses = {}
             for dest, gate in gates.items():
                 status, seconds = gate.observe(), 0.0
-                if status.stopped and status.config.policy == "flow":  # other policies refused earlier
+                if status.stopped and gate.producer.on_full == "hold":  # the others refused before writing
                     status, seconds = gate.wait(is_active)
                 statuses[dest] = status
                 held[dest] += seconds
-            if not is_active() or all(not s.stopped or s.config.policy != "flow" for s in statuses.values()):
+            if not is_active() or all(not s.stopped or gates[d].producer.on_full != "hold" for d, s in statuses.items()):
                 break
         for dest, status in statuses.items():
             self.last[dest] = BatchReport(batch_id, status.queue, enqueued[dest].count, enqueued[dest].size,
@@ -322,17 +349,17 @@ class QueueSink:
 
 def _refuse_over_max(queue: str, status: GateStatus, batch: Depth) -> None:
     """ring-strict: a batch that alone exceeds the queue's max is refused before it is written."""
-    config = status.config
-    if (config.max_count and batch.count > config.max_count) or (config.max_size and batch.size > config.max_size):
-        limit = Thresholds(config.max_count, config.max_count, config.max_size, config.max_size)
+    settings = status.settings
+    if (settings.max_count and batch.count > settings.max_count) or (settings.max_size and batch.size > settings.max_size):
+        limit = Thresholds(settings.max_count, settings.max_count, settings.max_size, settings.max_size)
         raise QueueFullError(queue, batch, limit, f"ring-strict queue cannot take a batch of {batch.count} "
                                                    f"messages / {batch.size} bytes above its max")
 
 
-def _allowed(status: GateStatus) -> float:
+def _allowed(status: GateStatus, producer: ProducerSettings) -> float:
     """How many rows may go in before the gate is looked at again: the producer's capacity
     window, or everything when the queue has no flow control."""
-    return status.config.capacity if status.thresholds.enabled else math.inf
+    return producer.capacity if status.thresholds.enabled else math.inf
 
 
 @contextlib.contextmanager

@@ -27,7 +27,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from spark_flow.config import check_options, parse_count, resolve
+from spark_flow.config import parse_count, split_options
 from spark_flow.exceptions import ConfigurationError
 from spark_flow.gate import Gate
 from spark_flow.queue import open_queue
@@ -52,18 +52,20 @@ class SourceOptions:
     starting_position: str | None = None
     max_partitions: int = 4
     downstream: tuple[str, ...] = ()
-    flow_settings: Mapping[str, Any] = field(default_factory=dict)
     flow_conf: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
-        own, settings, conf = check_options(options, SOURCE_OPTIONS)
+        own, producer, conf = split_options(options, SOURCE_OPTIONS)
+        if producer:
+            key = next(iter(producer))
+            raise ConfigurationError(key, producer[key], "an option of the flowqueue source: " + ", ".join(SOURCE_OPTIONS),
+                                     f"{key} is a producer's setting (QueueSink options)")
         if not own.get("queue"):
             raise ConfigurationError("queue", own.get("queue"), "the queue table's path")
         position = own.get("startingPosition")
         if position is not None and position.strip().lower() not in STARTING_POSITIONS:
             raise ConfigurationError("startingPosition", position, "earliest or latest")
-        resolve(own["queue"].rstrip("/").rpartition("/")[2], options=settings, conf=conf)  # bad values fail here
         max_records = own.get("maxRecordsPerTrigger")
         return cls(
             queue=own["queue"],
@@ -72,7 +74,6 @@ class SourceOptions:
             starting_position=position.strip().lower() if position else None,
             max_partitions=parse_count("maxPartitions", own.get("maxPartitions", 4), minimum=1),
             downstream=tuple(p.strip() for p in own.get("downstream", "").split(",") if p.strip()),
-            flow_settings=settings,
             flow_conf=conf,
         )
 
@@ -130,6 +131,7 @@ class FlowQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     def __init__(self, settings: SourceOptions) -> None:
         self.settings = settings
         self._target: int | None = None
+        self._recorded = False  # the conf's settings of the downstream queues
 
     @property
     def _queue(self) -> Any:
@@ -176,11 +178,16 @@ class FlowQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return self._offset(max(end, start["version"]))
 
     def _downstream_stopped(self) -> bool:
-        """Whether a downstream queue is flow-stopped. Gates are made per call: the reader is
-        pickled to read tasks, and deltalake handles do not pickle."""
-        settings = self.settings
-        return any(Gate(open_queue(path), settings.flow_settings, settings.flow_conf).observe().stopped
-                   for path in settings.downstream)
+        """Whether a downstream queue is flow-stopped. This stage writes those queues, so the
+        queue settings its Spark conf gives are recorded with them at its first look, as a
+        producer's are. Gates are made per call: the reader is pickled to read tasks, and
+        deltalake handles do not pickle."""
+        downstream = [open_queue(path) for path in self.settings.downstream]
+        if not self._recorded:
+            for queue in downstream:
+                queue.record_conf(self.settings.flow_conf)
+            self._recorded = True
+        return any(Gate(queue).observe().stopped for queue in downstream)
 
     def reportLatestOffset(self) -> dict:
         return self._offset(self._queue.refresh())

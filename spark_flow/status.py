@@ -18,8 +18,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from spark_flow.config import KEYS, PROPERTY_PREFIX, QPID_ALIASES, pattern_matches, resolve
-from spark_flow.exceptions import ConfigurationError, QueueNotFoundError, UnknownKeyError
+from spark_flow.config import KEYS, pattern_matches, queue_settings, setting_name
+from spark_flow.exceptions import ConfigurationError, QueueNotFoundError
 from spark_flow.home import Registry, control_path
 from spark_flow.plot import Sample
 from spark_flow.queue import Queue, normalize_path, open_queue
@@ -101,8 +101,27 @@ class Command:
     id: int
     command: str
     target: str
-    settings: Mapping[str, str]
+    settings: Mapping[str, str | None]
     issued_at: datetime
+
+
+def command_settings(command: str, settings: Mapping[str, str | None]) -> dict[str, str | None]:
+    """The run-time settings a command writes for a queue: ``stop-producers`` and
+    ``start-producers`` set ``producersStopped``; ``set`` its values, ``unset`` None (removed)."""
+    if command in ("stop-producers", "start-producers"):
+        return {"producersStopped": "true" if command == "stop-producers" else "false"}
+    return dict(settings)
+
+
+def with_settings(runtime: Mapping[str, str], changes: Mapping[str, str | None]) -> dict[str, str]:
+    """Run-time settings after ``changes`` (None removes a setting)."""
+    merged = dict(runtime)
+    for key, value in changes.items():
+        if value is None:
+            merged.pop(key, None)
+        else:
+            merged[key] = value
+    return merged
 
 
 ALL_QUEUES = ">"
@@ -230,20 +249,36 @@ class FlowAdmin:
         return self.commands.append("start-producers", target)
 
     def set(self, target: str, settings: Mapping[str, Any] | None = None, **more: Any) -> int:
-        """Change settings (``stopCount=900``, ``resumeSize="8m"``, ``policy="reject"``) of the
-        queues ``target`` names at run time; returns the command id. Every value is checked
-        against each queue's other settings before the command is written."""
+        """Change settings (``stopCount=900``, ``resumeSize="8m"``, ``policy="ring"``) of the
+        queues ``target`` names at run time; returns the command id. Each queue's settings as
+        they will be, with the commands issued before this one, are checked whole before the
+        command is written: a change that would make a queue invalid is refused here."""
         wanted = {**dict(settings or {}), **more}
         if not wanted:
             raise ConfigurationError("settings", wanted, "at least one setting, e.g. stopCount=900")
-        names = {key: _setting_name(key, value) for key, value in wanted.items()}
-        values = {names[key]: str(value) for key, value in wanted.items()}
+        return self._change("set", target, {_settable(key, value): str(value) for key, value in wanted.items()})
+
+    def unset(self, target: str, *keys: str) -> int:
+        """Remove run-time settings of the queues ``target`` names: each goes back to the value
+        recorded with the queue (its table property) or the default; returns the command id."""
+        if not keys:
+            raise ConfigurationError("keys", keys, "at least one setting to remove, e.g. stopCount")
+        return self._change("unset", target, {_settable(key, None): None for key in keys})
+
+    def _change(self, command: str, target: str, changes: Mapping[str, str | None]) -> int:
         for name in self.matching(target):
             queue = self.queue(name)
-            overrides = {PROPERTY_PREFIX + k: v for k, v in queue.overrides.settings().items()}
-            resolve(name, table_properties={**queue.properties(), **overrides,
-                                            **{PROPERTY_PREFIX + k: v for k, v in values.items()}})
-        return self.commands.append("set", target, values)
+            runtime = with_settings(self._pending(queue), changes)
+            queue_settings(name, queue.properties(), runtime)
+        return self.commands.append(command, target, changes)
+
+    def _pending(self, queue: Queue) -> dict[str, str]:
+        """A queue's run-time settings once the commands issued and not yet applied are."""
+        runtime = queue.overrides.settings()
+        for command in self.commands.read(queue.overrides.applied()):
+            if command.target == queue.name or pattern_matches(command.target, queue.name):
+                runtime = with_settings(runtime, command_settings(command.command, command.settings))
+        return runtime
 
     def status(self, target: str | None = None) -> pd.DataFrame:
         """The status table (as the controller last wrote it), optionally for the queues ``target`` names."""
@@ -291,15 +326,17 @@ def depth_points(samples: Sequence[Mapping[str, Any]], transitions: Sequence[Map
     return points
 
 
-def _setting_name(key: str, value: Any) -> str:
-    """The setting a ``set`` key names (``stopCount``, ``flow.stopCount``, ``qpid.flow_stop_count``)."""
-    name = QPID_ALIASES.get(key) or (key[len(PROPERTY_PREFIX):] if key.startswith(PROPERTY_PREFIX) else key)
-    if name not in KEYS or name in NOT_SETTABLE:
-        import difflib
-
-        allowed = [k for k in KEYS if k not in NOT_SETTABLE]
-        closest = difflib.get_close_matches(name, allowed, n=1)
-        raise UnknownKeyError(key, value, closest[0] if closest else None)
+def _settable(key: str, value: Any) -> str:
+    """The queue setting a ``set`` or ``unset`` key names (``stopCount``, ``flow.stopCount``,
+    ``qpid.flow_stop_count``); producer settings and operator states are refused."""
+    name = setting_name(key, value)
+    if KEYS[name].scope != "queue" or name in NOT_SETTABLE:
+        allowed = [k for k in KEYS if KEYS[k].scope == "queue" and k not in NOT_SETTABLE]
+        raise ConfigurationError(key, value, "a queue setting: " + ", ".join(allowed),
+                                 "producersStopped has its own commands, stop-producers and start-producers"
+                                 if name == "producersStopped" else
+                                 f"{name} is a producer's setting: give it to the producer (QueueSink options or "
+                                 "its Spark conf)")
     return name
 
 

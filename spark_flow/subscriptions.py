@@ -91,18 +91,21 @@ class SubscriptionTable:
             self._table.update_incremental()
         return self._table
 
-    def create_table(self) -> None:
-        """Create the table if it is not there yet."""
+    def create_table(self) -> bool:
+        """Create the table if it is not there yet; True if this call created it."""
         from deltalake import DeltaTable, write_deltalake
 
-        if not DeltaTable.is_deltatable(self.location, storage_options=self._storage_options or None):
-            try:
-                write_deltalake(self.location, _schema().empty_table(), mode="error",
-                                storage_options=self._storage_options or None)
-            except Exception:
-                # Another process created it first; that is fine as long as it exists now.
-                if not DeltaTable.is_deltatable(self.location, storage_options=self._storage_options or None):
-                    raise
+        if DeltaTable.is_deltatable(self.location, storage_options=self._storage_options or None):
+            return False
+        try:
+            write_deltalake(self.location, _schema().empty_table(), mode="error",
+                            storage_options=self._storage_options or None)
+            return True
+        except Exception:
+            # Another process created it first; that is fine as long as it exists now.
+            if not DeltaTable.is_deltatable(self.location, storage_options=self._storage_options or None):
+                raise
+            return False
 
     def list(self) -> list[Subscription]:
         """Every subscription, by name; the table is read again only when it has a new version

@@ -35,7 +35,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     (about 50 s), and kept in pytest's cache. ``JDK_JAVA_OPTIONS`` reaches every ``java`` started
     below this process; a JVM whose class path the archive does not match runs without it.
     """
-    if session.config.cache is None:  # -p no:cacheprovider: no place to keep it
+    if getattr(session.config, "cache", None) is None:  # -p no:cacheprovider: no place to keep it
         return
     import pyspark
 

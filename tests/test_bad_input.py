@@ -29,6 +29,7 @@ from spark_flow.exceptions import (
     ConfigurationError,
     QueueFullError,
     QueueNotFoundError,
+    QueueSettingError,
     SchemaMismatchError,
     SubscriptionNotFoundError,
     UnknownKeyError,
@@ -76,11 +77,11 @@ class Case:
     error: type[BaseException]
     match: str
     conf: Mapping[str, str] = field(default_factory=dict)  # Spark conf set for the case only
-    props: Mapping[str, str] = field(default_factory=dict)  # orders' table properties, set for the case only
+    props: Mapping[str, str | None] = field(default_factory=dict)  # orders' table properties for the case (None: unset)
 
 
 def case(case_id: str, action: Callable[[World], Any], error: type[BaseException], match: str, *,
-         conf: Mapping[str, str] | None = None, props: Mapping[str, str] | None = None,
+         conf: Mapping[str, str] | None = None, props: Mapping[str, str | None] | None = None,
          marks: Any = ()) -> Any:
     return pytest.param(Case(action, error, match, dict(conf or {}), dict(props or {})), id=case_id, marks=marks)
 
@@ -107,6 +108,14 @@ def sink_events(options: Mapping[str, Any] | None = None, rows: list[tuple] | No
 
 def sink_orders(w: World) -> None:
     QueueSink(w.orders.path, app_id=f"bad-{uuid.uuid4().hex}")(w.batch([(100, "m100", 5)], ORDERS), 0)
+
+
+def sink_two_orders(w: World) -> None:
+    QueueSink(w.orders.path, app_id=f"bad-{uuid.uuid4().hex}")(w.batch([(100, "m100", 5), (101, "m101", 7)], ORDERS), 0)
+
+
+#: orders' properties made a ring-strict queue (its thresholds removed: a ring has none)
+RING_STRICT = {"flow.policy": "ring-strict", "flow.stopCount": None, "flow.resumeCount": None}
 
 
 def sink_to(target: Callable[[World], str]) -> Callable[[World], None]:
@@ -157,7 +166,8 @@ WHOLE = "a whole number >= 0"
 SIZE = "bytes as a whole number >= 0, or with a unit: 8k, 10 MB"
 PERCENT = "a percentage from 0 to 100"
 DURATION = "a duration such as 500ms, 5s, 2min, 1h (a plain number is milliseconds)"
-POLICIES = "one of flow, reject, reject-after, ring, ring-strict"
+POLICIES = "one of flow, ring, ring-strict"
+ON_FULL = "one of hold, reject, reject-after"
 ABOVE = " (a resume threshold above its stop threshold locks flow control on)"
 
 CONF_VALUES = [
@@ -166,7 +176,7 @@ CONF_VALUES = [
     ("stopSize", "10 parsecs", SIZE), ("stopSize", "0.3b", "a whole number of bytes"), ("resumeSize", "lots", SIZE),
     ("maxSize", "-1k", SIZE),
     ("defaultStopThreshold", "101", PERCENT), ("defaultResumeThreshold", "-1", PERCENT),
-    ("policy", "drop-newest", POLICIES), ("rejectTimeout", "soon", DURATION),
+    ("policy", "drop-newest", POLICIES), ("onFull", "wait", ON_FULL), ("rejectTimeout", "soon", DURATION),
     ("capacity", "0", "a whole number >= 1"), ("pollInterval", "0s", DURATION + ", above 0"),
     ("producerFlowControl", "maybe", "true or false"), ("producersStopped", "sometimes", "true or false"),
     ("stallTimeout", "forever", DURATION), ("stalledConsumerPolicy", "ignore", "one of flag, skip"),
@@ -204,8 +214,8 @@ CASES = [
     case("conf default resume above default stop", sink_events(), ConfigurationError,
          bad("spark.flow.defaultResumeThreshold", "70", "a value <= spark.flow.defaultStopThreshold=60" + ABOVE),
          conf={"spark.flow.defaultStopThreshold": "60", "spark.flow.defaultResumeThreshold": "70"}),
-    case("option resumeCount above stopCount", sink_events({"stopCount": 5, "resumeCount": 7}), ConfigurationError,
-         bad("resumeCount", "7", "a value <= stopCount=5" + ABOVE)),
+    case("option stopCount: a queue setting", sink_events({"stopCount": 5, "resumeCount": 7}), QueueSettingError,
+         bad("stopCount", 5, "a producer setting here") + ".*stopCount is a queue setting"),
     case("table property resume above the kept stop", sink_orders, ConfigurationError,
          bad("flow.resumeCount", "25", "a value <= flow.stopCount=20" + ABOVE), props={"flow.resumeCount": "25"}),
     case("declare resume above stop", declare_new({"stopCount": 5, "resumeCount": 9}), ConfigurationError,
@@ -229,8 +239,8 @@ CASES = [
     case("declare bad Qpid size", declare_new({"qpid.flow_stop_size": "lots"}), ConfigurationError,
          bad("flow.stopSize", "lots", SIZE)),
     case("declare bad policy", declare_new({"policy": "drop"}), ConfigurationError, bad("flow.policy", "drop", POLICIES)),
-    case("declare bad capacity", declare_new({"flow.capacity": 0}), ConfigurationError,
-         bad("flow.capacity", "0", "a whole number >= 1")),
+    case("declare a producer setting", declare_new({"flow.capacity": 0}), ConfigurationError,
+         bad("flow.capacity", 0, "a queue setting") + ".*capacity is a producer setting"),
     case("declare unknown key", declare_new({"stopCuont": 5}), UnknownKeyError, unknown("stopCuont", "stopCount")),
     case("declare unknown Qpid key", declare_new({"qpid.flow_stop_cnt": 5}), UnknownKeyError,
          unknown("qpid.flow_stop_cnt", "qpid.flow_stop_count")),
@@ -255,15 +265,17 @@ CASES = [
          ConfigurationError, "is not valid: allowed is exactly one of queue or route_column"),
     case("sink option capacity 0", sink_events({"capacity": 0}), ConfigurationError,
          bad("capacity", 0, "a whole number >= 1")),
-    case("sink option bad policy", sink_events({"policy": "drop"}), ConfigurationError, bad("policy", "drop", POLICIES)),
+    case("sink option bad onFull", sink_events({"onFull": "drop"}), ConfigurationError, bad("onFull", "drop", ON_FULL)),
+    case("sink option policy: a queue setting", sink_events({"policy": "reject"}), QueueSettingError,
+         "policy is a queue setting"),
     case("sink option bad timeout", sink_events({"rejectTimeout": "soon"}), ConfigurationError,
          bad("rejectTimeout", "soon", DURATION)),
     case("sink option bad poll interval", sink_events({"pollInterval": "-1s"}), ConfigurationError,
          bad("pollInterval", "-1s", DURATION + ", above 0")),
-    case("sink option bad stop size", sink_events({"stopSize": "1.5b"}), ConfigurationError,
-         bad("stopSize", "1.5b", "a whole number of bytes")),
-    case("sink option bad boolean", sink_events({"producerFlowControl": "off"}), ConfigurationError,
-         bad("producerFlowControl", "off", "true or false")),
+    case("sink option stopSize: a queue setting", sink_events({"stopSize": "1.5b"}), QueueSettingError,
+         "stopSize is a queue setting"),
+    case("sink option producerFlowControl: a queue setting", sink_events({"producerFlowControl": "off"}),
+         QueueSettingError, "producerFlowControl is a queue setting"),
     case("sink option unknown", sink_events({"capacty": 10}), UnknownKeyError, unknown("capacty", "capacity")),
     case("sink option conf key bad value", sink_events({"spark.flow.capacity": "0"}), ConfigurationError,
          bad("spark.flow.capacity", "0", "a whole number >= 1")),
@@ -306,11 +318,15 @@ CASES = [
          "there is no Delta table at this location"),
     case("route to a queue of another schema", route(lambda w: [w.events.path, w.orders.path]), SchemaMismatchError,
          re.escape("schema does not match queue 'orders': missing columns ['sz']")),
-    case("ring-strict batch above maxCount", sink_events({"policy": "ring-strict", "maxCount": 1}), QueueFullError,
-         re.escape("queue 'events' refused the batch: ring-strict queue cannot take a batch of 2 messages / 24 bytes "
-                   "above its max")),
-    case("ring-strict batch above maxSize", sink_events({"policy": "ring-strict", "maxSize": 20}), QueueFullError,
-         "ring-strict queue cannot take a batch of 2 messages / 24 bytes"),
+    case("ring-strict batch above maxCount", sink_two_orders, QueueFullError,
+         re.escape("queue 'orders' refused the batch: ring-strict queue cannot take a batch of 2 messages / 40 bytes "
+                   "above its max"), props={**RING_STRICT, "flow.maxCount": "1"}),
+    case("ring-strict batch above maxSize", sink_two_orders, QueueFullError,
+         "ring-strict queue cannot take a batch of 2 messages / 40 bytes", props={**RING_STRICT, "flow.maxSize": "20"}),
+    case("ring queue without a max", sink_orders, ConfigurationError,
+         bad("flow.policy", "ring", "a ring policy with maxCount or maxSize above 0"), props={"flow.policy": "ring"}),
+    case("stop above the max", sink_orders, ConfigurationError, bad("flow.stopCount", "20", "a value <= flow.maxCount=10"),
+         props={"flow.maxCount": "10"}),
     # -- source options (read_queue, format("flowqueue")) ---------------------------------------
     case("source without queue option", raw_source(), AnalysisException,
          bad("queue", None, "the queue table's path")),
@@ -337,11 +353,14 @@ CASES = [
          re.escape("subscription 'nobody' does not exist on queue 'events': allowed is one of 'audit', 'default'")),
     case("source downstream missing", read_events(downstream="/nonexistent/spark-flow/queue"), StreamingQueryException,
          "queue '/nonexistent/spark-flow/queue' not found"),
-    case("source with a bad flow setting", read_events(capacity="none"), AnalysisException,
-         bad("capacity", "none", "a whole number >= 1")),
-    case("source downstream with a bad flow setting",
-         lambda w: w.consume(read_queue(w.spark, w.events.path, downstream=w.orders.path, capacity="none")),
-         AnalysisException, bad("capacity", "none", "a whole number >= 1")),
+    case("source with a producer setting", read_events(capacity="none"), AnalysisException,
+         bad("capacity", "none", "an option of the flowqueue source")),
+    case("source with a queue setting", read_events(stopCount="5"), AnalysisException,
+         "stopCount is a queue setting"),
+    case("source downstream with a bad conf value",
+         lambda w: w.consume(read_queue(w.spark, w.events.path, downstream=w.orders.path,
+                                        **{"spark.flow.capacity": "none"})),
+         AnalysisException, bad("spark.flow.capacity", "none", "a whole number >= 1")),
     # -- subscriptions and acknowledgements -------------------------------------------------------
     case("create subscription at an unknown position", lambda w: w.events.create_subscription("x", "middle"),
          ConfigurationError, bad("startingPosition", "middle", "earliest, latest, or a queue version >= -1")),

@@ -1,23 +1,35 @@
-"""Configuration: Qpid default thresholds and rounding, precedence, units, and every bad value."""
+"""Configuration: Qpid's threshold rules, queue settings vs producer settings, units, and every bad value."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from fractions import Fraction
+from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
 
 from spark_flow.config import (
-    check_options,
+    ProducerSettings,
+    QueueSettings,
+    check_conf,
+    conf_settings,
     default_thresholds,
     parse_duration,
     parse_size,
     pattern_matches,
-    resolve,
+    producer_settings,
+    queue_settings,
     session_flow_conf,
+    split_options,
 )
-from spark_flow.exceptions import ConfigurationError, UnknownKeyError
+from spark_flow.exceptions import ConfigurationError, QueueSettingError, UnknownKeyError
 from spark_flow.state import FlowState, Thresholds
+
+
+def recorded(queue: str, conf: Mapping[str, Any]) -> QueueSettings:
+    """The settings of a new queue declared with this Spark conf (what the conf records)."""
+    return queue_settings(queue, dict(conf_settings(queue, conf, "queue").values()))
 
 
 def test_qpid_default_rounding_80_70() -> None:
@@ -30,42 +42,60 @@ def test_qpid_default_rounding_97_73() -> None:
     assert (t.stop_size, t.resume_size) == (2_861_501, 2_153_500)
 
 
-def test_defaults_from_max_with_spark_conf_percentages() -> None:
-    conf = {"spark.flow.defaultStopThreshold": "90", "spark.flow.defaultResumeThreshold": "75"}
-    cfg = resolve("q", table_properties={"flow.maxSize": "10000"}, conf=conf)
-    assert cfg.thresholds == Thresholds(stop_size=9000, resume_size=7500)
+@pytest.mark.parametrize(("max_count", "stop", "resume"), [(3, 2, 2), (1, 1, 1), (10, 8, 7), (7, 6, 4), (2, 2, 1)])
+def test_qpid_stop_rounds_half_up_and_resume_down(max_count: int, stop: int, resume: int) -> None:
+    """stop = max x 80% rounded half up (2.4 -> 2, 5.6 -> 6, 1.6 -> 2), resume = max x 70% rounded
+    down, and a resume of 0 means the stop: a queue of max 1 resumes when empty, not never."""
+    settings = queue_settings("q", {"flow.maxCount": str(max_count)})
+    assert (settings.thresholds.stop_count, settings.thresholds.resume_count) == (stop, resume)
+
+
+def test_a_resume_of_zero_never_holds_a_producer_at_depth_zero() -> None:
+    for props in ({"flow.maxCount": "1"}, {"flow.maxCount": "100", "flow.defaultResumeThreshold": "0"},
+                  {"flow.stopCount": "5", "flow.resumeCount": "0"}):
+        thresholds = queue_settings("q", props).thresholds
+        state = FlowState().observe(thresholds, thresholds.stop_count + 1, 0)
+        assert state.flow_stopped, props
+        assert not state.observe(thresholds, 0, 0).flow_stopped, props
+
+
+def test_defaults_from_max_with_recorded_percentages() -> None:
+    props = {"flow.maxSize": "10000", "flow.defaultStopThreshold": "90", "flow.defaultResumeThreshold": "75"}
+    assert queue_settings("q", props).thresholds == Thresholds(stop_size=9000, resume_size=7500)
 
 
 def test_default_80_70_of_a_1000_message_queue() -> None:
-    cfg = resolve("q", table_properties={"qpid.max_count": "1000"})
-    assert cfg.thresholds == Thresholds(stop_count=800, resume_count=700)
+    assert queue_settings("q", {"qpid.max_count": "1000"}).thresholds == Thresholds(stop_count=800, resume_count=700)
 
 
 def test_both_percentages_zero_disable_defaults_but_not_explicit_thresholds() -> None:
-    conf = {"spark.flow.defaultStopThreshold": "0", "spark.flow.defaultResumeThreshold": "0"}
-    assert not resolve("q", table_properties={"flow.maxCount": "1000"}, conf=conf).thresholds.enabled
-    explicit = resolve("q", table_properties={"flow.maxCount": "1000", "flow.stopCount": "900", "flow.resumeCount": "500"}, conf=conf)
+    zero = {"flow.defaultStopThreshold": "0", "flow.defaultResumeThreshold": "0"}
+    assert not queue_settings("q", {"flow.maxCount": "1000", **zero}).thresholds.enabled
+    explicit = queue_settings("q", {"flow.maxCount": "1000", "flow.stopCount": "900", "flow.resumeCount": "500", **zero})
     assert explicit.thresholds == Thresholds(stop_count=900, resume_count=500)
 
 
 def test_no_max_and_no_thresholds_means_no_flow_control() -> None:
-    assert not resolve("q").thresholds.enabled
+    assert not queue_settings("q").thresholds.enabled
 
 
 def test_explicit_900_500_override_the_defaults_of_a_1000_queue() -> None:
     props = {"qpid.max_count": "1000", "qpid.flow_stop_count": "900", "qpid.flow_resume_count": "500"}
-    cfg = resolve("q", table_properties=props)
-    assert cfg.thresholds == Thresholds(stop_count=900, resume_count=500)
+    settings = queue_settings("q", props)
+    assert settings.thresholds == Thresholds(stop_count=900, resume_count=500)
     state = FlowState()
     for depth in range(1, 902):
-        state = state.observe(cfg.thresholds, depth, 0)
+        state = state.observe(settings.thresholds, depth, 0)
         assert state.flow_stopped == (depth > 900)
 
 
-def test_explicit_stop_on_one_measure_disables_the_other_default() -> None:
-    # As Qpid: a user-given stop threshold means no default thresholds at all.
-    cfg = resolve("q", table_properties={"flow.maxCount": "1000", "flow.maxSize": "10k", "flow.stopSize": "8k"})
-    assert cfg.thresholds == Thresholds(stop_size=8192, resume_size=8192)
+def test_an_explicit_threshold_replaces_its_own_default_only() -> None:
+    """Qpid: the defaults fill every threshold, then each explicit one replaces its own value:
+    max 1000 at 80/70 with stopCount 900 is stop 900, resume 700; an explicit stopSize keeps
+    the count defaults."""
+    assert queue_settings("q", {"flow.maxCount": "1000", "flow.stopCount": "900"}).thresholds == Thresholds(900, 700)
+    both = queue_settings("q", {"flow.maxCount": "1000", "flow.maxSize": "10k", "flow.stopSize": "8k"})
+    assert both.thresholds == Thresholds(800, 700, 8192, 7168)
 
 
 def test_qpid_combined_example_4000_8k_3000_6k() -> None:
@@ -74,34 +104,74 @@ def test_qpid_combined_example_4000_8k_3000_6k() -> None:
         "qpid.flow_stop_count": "4000", "qpid.flow_stop_size": "8K",
         "qpid.flow_resume_count": "3000", "qpid.flow_resume_size": "6K",
     }
-    assert resolve("q", table_properties=props).thresholds == Thresholds(4000, 3000, 8192, 6144)
+    assert queue_settings("q", props).thresholds == Thresholds(4000, 3000, 8192, 6144)
 
 
 def test_stop_count_and_size_both_zero_disable_the_queue() -> None:
     props = {"flow.maxCount": "1000", "flow.stopCount": "0", "flow.stopSize": "0"}
-    assert not resolve("q", table_properties=props).thresholds.enabled
+    assert not queue_settings("q", props).thresholds.enabled
 
 
 def test_resume_defaults_to_stop() -> None:
-    assert resolve("q", options={"stopCount": 10}).thresholds == Thresholds(stop_count=10, resume_count=10)
+    assert queue_settings("q", {"flow.stopCount": "10"}).thresholds == Thresholds(stop_count=10, resume_count=10)
 
 
-def test_precedence_option_over_property_over_pattern_over_conf_over_default() -> None:
-    conf = {"spark.flow.stopCount": "100", "spark.flow.queues.events.>.stopCount": "200"}
-    props = {"flow.stopCount": "300"}
-    assert resolve("other", conf=conf).thresholds.stop_count == 100
-    assert resolve("events.orders", conf=conf).thresholds.stop_count == 200
-    assert resolve("events.orders", conf=conf, table_properties=props).thresholds.stop_count == 300
-    cfg = resolve("events.orders", conf=conf, table_properties=props, options={"stopCount": "400"})
-    assert cfg.thresholds.stop_count == 400
-    assert cfg.origins["stopCount"] == "stopCount"
-    assert resolve("q").capacity == 10_000
+def test_a_stop_above_the_max_names_both_keys() -> None:
+    with pytest.raises(ConfigurationError, match=r"flow.stopCount='200'.*<= flow.maxCount=100"):
+        queue_settings("q", {"flow.maxCount": "100", "flow.stopCount": "200"})
+
+
+def test_a_default_resume_above_an_explicit_stop_says_it_is_the_default() -> None:
+    with pytest.raises(ConfigurationError, match=r"resumeCount \(default\)='700'.*<= flow.stopCount=500"):
+        queue_settings("q", {"flow.maxCount": "1000", "flow.stopCount": "500"})
+
+
+@pytest.mark.parametrize("policy", ["ring", "ring-strict"])
+def test_a_ring_queue_needs_a_max(policy: str) -> None:
+    with pytest.raises(ConfigurationError, match=f"flow.policy='{policy}'.*maxCount or maxSize"):
+        queue_settings("q", {"flow.policy": policy})
+
+
+def test_run_time_settings_rank_over_table_properties() -> None:
+    settings = queue_settings("q", {"flow.stopCount": "500", "flow.resumeCount": "300"}, {"stopCount": "800"})
+    assert settings.thresholds == Thresholds(800, 300)
+    assert settings.origins["stopCount"] == "stopCount" and settings.origins["resumeCount"] == "flow.resumeCount"
+
+
+def test_conf_gives_queue_settings_patterns_over_global_and_defaults_are_not_given() -> None:
+    conf = {"spark.flow.stopCount": "100", "spark.flow.queues.events.>.stopCount": "200", "spark.flow.capacity": "5",
+            "spark.sql.shuffle.partitions": "2"}
+    assert conf_settings("other", conf, "queue") == {"stopCount": ("spark.flow.stopCount", "100")}
+    assert conf_settings("events.orders", conf, "queue") == {"stopCount": ("spark.flow.queues.events.>.stopCount", "200")}
+    assert conf_settings("events.orders", conf, "producer") == {"capacity": ("spark.flow.capacity", "5")}
+    assert recorded("other", conf).thresholds.stop_count == 100
+    assert recorded("events.orders", conf).thresholds.stop_count == 200
+
+
+def test_producer_settings_options_over_patterns_over_conf_over_defaults() -> None:
+    conf = {"spark.flow.capacity": "5", "spark.flow.queues.events.>.capacity": "7", "spark.flow.onFull": "reject"}
+    assert producer_settings("other", conf=conf) == ProducerSettings(capacity=5, on_full="reject")
+    assert producer_settings("events.a", conf=conf).capacity == 7
+    assert producer_settings("events.a", {"capacity": 9}, conf).capacity == 9
+    assert producer_settings("q") == ProducerSettings()
+
+
+@pytest.mark.parametrize("key", ["stopCount", "resumeSize", "maxCount", "policy", "producerFlowControl"])
+def test_a_queue_setting_as_a_query_option_says_where_it_belongs(key: str) -> None:
+    with pytest.raises(QueueSettingError, match=f"{key} is a queue setting.*spark-flow set"):
+        producer_settings("q", {key: "1"})
+
+
+def test_reject_is_a_producer_behaviour_not_a_queue_policy() -> None:
+    with pytest.raises(ConfigurationError, match=r"one of flow, ring, ring-strict.*onFull=reject"):
+        queue_settings("q", {"flow.policy": "reject"})
+    assert producer_settings("q", {"onFull": "reject-after", "rejectTimeout": "2s"}).reject_timeout == 2.0
 
 
 def test_more_literal_pattern_wins() -> None:
     conf = {"spark.flow.queues.events.>.capacity": "5", "spark.flow.queues.events.orders.capacity": "7"}
-    assert resolve("events.orders", conf=conf).capacity == 7
-    assert resolve("events.clicks", conf=conf).capacity == 5
+    assert producer_settings("events.orders", conf=conf).capacity == 7
+    assert producer_settings("events.clicks", conf=conf).capacity == 5
 
 
 @pytest.mark.parametrize(
@@ -123,9 +193,9 @@ def test_activemq_wildcards(pattern: str, queue: str, matches: bool) -> None:
 
 def test_producer_flow_control_false_by_pattern_and_ring_disable_thresholds() -> None:
     conf = {"spark.flow.stopCount": "10", "spark.flow.queues.FOO.>.producerFlowControl": "false"}
-    assert not resolve("FOO.BAR", conf=conf).thresholds.enabled
-    assert resolve("BAR", conf=conf).thresholds.enabled
-    ring = resolve("q", table_properties={"flow.policy": "ring", "flow.maxCount": "10"})
+    assert not recorded("FOO.BAR", conf).thresholds.enabled
+    assert recorded("BAR", conf).thresholds.enabled
+    ring = queue_settings("q", {"flow.policy": "ring", "flow.maxCount": "10"})
     assert ring.policy == "ring" and not ring.thresholds.enabled and ring.max_count == 10
 
 
@@ -158,7 +228,8 @@ BAD_VALUES = [
     ("spark.flow.defaultStopThreshold", "lots", "a percentage from 0 to 100"),
     ("spark.flow.capacity", "0", "a whole number >= 1"),
     ("spark.flow.capacity", "-3", "a whole number >= 1"),
-    ("spark.flow.policy", "drop-newest", "one of flow, reject, reject-after, ring, ring-strict"),
+    ("spark.flow.policy", "drop-newest", "one of flow, ring, ring-strict"),
+    ("spark.flow.onFull", "wait", "one of hold, reject, reject-after"),
     ("spark.flow.rejectTimeout", "soon", "a duration such as 500ms"),
     ("spark.flow.pollInterval", "0s", "above 0"),
     ("spark.flow.producerFlowControl", "maybe", "true or false"),
@@ -168,7 +239,7 @@ BAD_VALUES = [
 @pytest.mark.parametrize(("key", "value", "allowed"), BAD_VALUES)
 def test_bad_conf_values_name_key_value_and_allowed(key: str, value: str, allowed: str) -> None:
     with pytest.raises(ConfigurationError, match=allowed) as error:
-        resolve("q", conf={key: value})
+        check_conf({key: value})
     assert isinstance(error.value, ValueError)
     assert error.value.key == key and error.value.value == value
     assert key in str(error.value) and repr(value) in str(error.value)
@@ -176,64 +247,66 @@ def test_bad_conf_values_name_key_value_and_allowed(key: str, value: str, allowe
 
 def test_bad_table_property_names_the_property() -> None:
     with pytest.raises(ConfigurationError, match=r"qpid.flow_stop_count='x'"):
-        resolve("q", table_properties={"qpid.flow_stop_count": "x"})
+        queue_settings("q", {"qpid.flow_stop_count": "x"})
 
 
 @pytest.mark.parametrize(
-    ("layer", "key", "closest"),
+    ("where", "key", "closest"),
     [
         ("conf", "spark.flow.stopCuont", "spark.flow.stopCount"),
         ("conf", "spark.flow.resume_size", "spark.flow.resumeSize"),
         ("conf", "spark.flow.queues.events.>.capacty", "spark.flow.queues.events.>.capacity"),
-        ("table_properties", "flow.maxcount", "flow.maxCount"),
-        ("table_properties", "qpid.flow_stop_cnt", "qpid.flow_stop_count"),
+        ("properties", "flow.maxcount", "flow.maxCount"),
+        ("properties", "qpid.flow_stop_cnt", "qpid.flow_stop_count"),
         ("options", "pollIntervall", "pollInterval"),
     ],
 )
-def test_unknown_keys_name_the_closest_valid_key(layer: str, key: str, closest: str) -> None:
+def test_unknown_keys_name_the_closest_valid_key(where: str, key: str, closest: str) -> None:
+    calls = {"conf": lambda: check_conf({key: "1"}), "properties": lambda: queue_settings("q", {key: "1"}),
+             "options": lambda: producer_settings("q", {key: "1"})}
     with pytest.raises(UnknownKeyError, match=f"Did you mean '{closest}'") as error:
-        resolve("q", **{layer: {key: "1"}})
+        calls[where]()
     assert error.value.closest == closest and error.value.key == key
 
 
 def test_other_spark_conf_and_table_properties_are_ignored() -> None:
-    cfg = resolve("q", conf={"spark.sql.shuffle.partitions": "2"}, table_properties={"delta.appendOnly": "true"})
-    assert cfg.policy == "flow"
+    check_conf({"spark.sql.shuffle.partitions": "2"})
+    assert queue_settings("q", {"delta.appendOnly": "true"}).policy == "flow"
 
 
 @pytest.mark.parametrize(
-    ("settings", "keys"),
+    ("layers", "keys"),
     [
-        ({"options": {"stopCount": "5", "resumeCount": "7"}}, ("resumeCount", "stopCount=5")),
-        ({"table_properties": {"flow.stopSize": "1k", "flow.resumeSize": "2k"}}, ("flow.resumeSize", "flow.stopSize=1024")),
-        ({"conf": {"spark.flow.stopCount": "5"}, "table_properties": {"qpid.flow_resume_count": "6"}},
-         ("qpid.flow_resume_count", "spark.flow.stopCount=5")),
-        ({"conf": {"spark.flow.defaultStopThreshold": "60", "spark.flow.defaultResumeThreshold": "70"}},
-         ("spark.flow.defaultResumeThreshold", "spark.flow.defaultStopThreshold=60")),
+        (({"flow.stopSize": "1k", "flow.resumeSize": "2k"},), ("flow.resumeSize", "flow.stopSize=1024")),
+        (({"spark.flow.stopCount": "5"}, {"qpid.flow_resume_count": "6"}), ("qpid.flow_resume_count", "spark.flow.stopCount=5")),
+        (({"flow.stopCount": "5", "flow.resumeCount": "3"}, {"resumeCount": "7"}), ("resumeCount", "flow.stopCount=5")),
+        (({"flow.defaultStopThreshold": "60", "flow.defaultResumeThreshold": "70"},),
+         ("flow.defaultResumeThreshold", "flow.defaultStopThreshold=60")),
     ],
 )
-def test_resume_above_stop_names_both_keys(settings: dict, keys: tuple[str, str]) -> None:
+def test_resume_above_stop_names_both_keys(layers: tuple, keys: tuple[str, str]) -> None:
     with pytest.raises(ConfigurationError) as error:
-        resolve("q", **settings)
+        queue_settings("q", *layers)
     message = str(error.value)
     assert all(k in message for k in keys), message
 
 
-def test_check_options_splits_own_settings_and_conf_case_insensitively() -> None:
-    own, settings, conf = check_options(
-        {"queue": "/q", "maxrecordspertrigger": "5", "stopcount": "3", "spark.flow.capacity": "9"},
+def test_split_options_own_producer_settings_and_conf_case_insensitively() -> None:
+    own, producer, conf = split_options(
+        {"queue": "/q", "maxrecordspertrigger": "5", "capacity": "3", "spark.flow.stopcount": "9"},
         ["queue", "maxRecordsPerTrigger"],
     )
     assert own == {"queue": "/q", "maxRecordsPerTrigger": "5"}
-    assert settings == {"stopCount": "3"}
-    assert conf == {"spark.flow.capacity": "9"}
+    assert producer == {"capacity": "3"}
+    assert conf == {"spark.flow.stopCount": "9"}
     with pytest.raises(UnknownKeyError, match="Did you mean 'maxRecordsPerTrigger'"):
-        check_options({"maxRecordPerTrigger": "5"}, ["queue", "maxRecordsPerTrigger"])
+        split_options({"maxRecordPerTrigger": "5"}, ["queue", "maxRecordsPerTrigger"])
+    with pytest.raises(QueueSettingError, match="stopCount is a queue setting"):
+        split_options({"stopcount": "5"}, ["queue"])
 
 
 def test_session_flow_conf_reads_exactly_the_spark_flow_keys_set_now(spark: SparkSession) -> None:
-    """The sink reads the session's ``spark.flow.*`` conf on every batch, so a value set at
-    run time applies from the next one; values keep their commas and equal signs."""
+    """Only the ``spark.flow.*`` keys, as set now; values keep their commas and equal signs."""
     keys = {"spark.flow.stopCount": "7", "spark.flow.queues.events.>.resumeSize": "a=1, b=2",
             "spark.flowing": "not ours"}
     for key, value in keys.items():

@@ -197,7 +197,7 @@ def test_set_changes_thresholds_at_run_time_through_the_controller(
     wait_until(lambda: status_of(admin, "tuned").get("flow_stopped") is True, 60)
     status = status_of(admin, "tuned")
     assert (status["stop_count"], status["resume_count"], status["flow_stopped_count"]) == (20, 10, 1)
-    assert queue.config().thresholds.stop_count == 20
+    assert queue.settings().thresholds.stop_count == 20
     assert queue.properties()["flow.stopCount"] == "100", "the queue table itself is not altered"
 
 

@@ -17,6 +17,7 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 from pyspark.sql import SparkSession
 
+from spark_flow.config import ProducerSettings
 from spark_flow.exceptions import QueueFullError
 from spark_flow.gate import Gate, GateStatus
 from spark_flow.ledger import Depth
@@ -117,8 +118,8 @@ def test_queue_is_stopped_while_any_subscription_is_and_dropping_it_releases(
     assert status.depths == {"audit": Depth(11, 0), "default": Depth(0, 0)}
     assert status.depth == Depth(11, 0), "the deepest subscription"
     assert {name: s.flow_stopped for name, s in status.states.items()} == {"audit": True, "default": False}
-    with pytest.raises(QueueFullError, match=r"queue 'q' refused the batch: flow-stopped, policy reject \(depth 11 messages"):
-        Gate(queue, {"policy": "reject"}).wait()
+    with pytest.raises(QueueFullError, match=r"queue 'q' refused the batch: flow-stopped, onFull reject \(depth 11 messages"):
+        Gate(queue, ProducerSettings(on_full="reject")).wait()
 
     queue.drop_subscription("audit")
     status, held = gate.wait()
@@ -133,7 +134,7 @@ def test_wait_holds_until_a_consumer_acknowledges_or_the_query_stops(spark: Spar
     path = str(tmp_path / "q")
     queue = declare(spark, path, SCHEMA, settings={"stopCount": 3, "resumeCount": 1})
     latest = append(path, range(4))
-    gate = Gate(queue, {"pollInterval": "100ms"})
+    gate = Gate(queue, ProducerSettings(poll_interval=0.1))
 
     status, held = gate.wait(is_active=lambda: False)
     assert status.stopped and held < 1

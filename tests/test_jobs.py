@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from spark_flow.config import resolve
+from spark_flow.config import QueueSettings, conf_settings, producer_settings, queue_settings
 from spark_flow.queue import Queue
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -60,7 +60,7 @@ def failure(result: subprocess.CompletedProcess[str]) -> str:
 
 @pytest.mark.parametrize(("job", "options"), [
     ("producer", ["--queue", "--source", "--rate", "--message-size", "--path", "--format", "--from-queue",
-                  "--capacity", "--policy", "--trigger", "--checkpoint", "--run-seconds", "--name", "--schema"]),
+                  "--capacity", "--on-full", "--trigger", "--checkpoint", "--run-seconds", "--name", "--schema"]),
     ("consumer", ["--queue", "--subscription", "--starting-position", "--max-records-per-trigger", "--output",
                   "--delay-per-message", "--rows-per-second", "--trigger", "--checkpoint", "--run-seconds",
                   "--until-empty"]),
@@ -136,14 +136,20 @@ def test_producer_is_held_then_the_consumer_drains_the_queue(tmp_path: Path) -> 
 
 def test_queues_conf_sets_each_queue_as_its_comments_say() -> None:
     conf = {**properties(ROOT / "conf" / "spark-defaults.conf"), **properties(ROOT / "conf" / "queues.conf")}
-    eu, us = resolve("orders.eu", conf=conf), resolve("orders.us", conf=conf)
-    assert (eu.thresholds.stop_count, eu.thresholds.resume_count, eu.capacity) == (1000, 800, 200)
-    assert (us.thresholds.stop_count, us.thresholds.resume_count, us.capacity) == (5000, 4000, 10000)
-    audit = resolve("billing.audit", conf=conf).thresholds
+
+    def queue(name: str) -> QueueSettings:  # what a job with this conf records for a new queue
+        return queue_settings(name, dict(conf_settings(name, conf, "queue").values()))
+
+    eu, us = queue("orders.eu"), queue("orders.us")
+    assert (eu.thresholds.stop_count, eu.thresholds.resume_count) == (1000, 800)
+    assert (us.thresholds.stop_count, us.thresholds.resume_count) == (5000, 4000)
+    assert producer_settings("orders.eu", conf=conf).capacity == 200
+    assert producer_settings("orders.us", conf=conf).capacity == 10_000
+    audit = queue("billing.audit").thresholds
     assert (audit.stop_count, audit.stop_size, audit.resume_size) == (0, 64 * 2**20, 48 * 2**20)
-    telemetry = resolve("telemetry.eu.west", conf=conf)
+    telemetry = queue("telemetry.eu.west")
     assert telemetry.policy == "ring" and telemetry.max_count == 100_000 and not telemetry.thresholds.enabled
-    clicks = resolve("clicks", conf=conf)
-    assert (clicks.policy, clicks.reject_timeout, clicks.thresholds.stop_count) == ("reject-after", 30.0, 10_000)
+    clicks = producer_settings("clicks", conf=conf)
+    assert (clicks.on_full, clicks.reject_timeout, queue("clicks").thresholds.stop_count) == ("reject-after", 30.0, 10_000)
     for unmatched in ("orders", "audit", "eu.billing.audit"):
-        assert not resolve(unmatched, conf=conf).thresholds.enabled, unmatched
+        assert not queue(unmatched).thresholds.enabled, unmatched

@@ -61,8 +61,8 @@ def test_declare_creates_a_queue_table(spark: SparkSession, tmp_path: Path) -> N
     assert queue.name == "orders"
     assert [(s.name, s.position) for s in queue.subscriptions.list()] == [("default", -1)]
     assert queue.depths() == {"default": Depth(0, 0)}
-    config = queue.config()
-    assert (config.thresholds.stop_count, config.thresholds.resume_count, config.max_count, config.max_size) == (
+    settings = queue.settings()
+    assert (settings.thresholds.stop_count, settings.thresholds.resume_count, settings.max_count, settings.max_size) == (
         80, 60, 100, 1024)
     assert spark.read.format("delta").load(path).schema.simpleString() == "struct<id:bigint,body:string>"
 
@@ -79,7 +79,7 @@ def test_declare_again_updates_settings_and_keeps_positions(spark: SparkSession,
     assert (properties["flow.stopCount"], properties["flow.resumeCount"], properties["flow.maxSize"]) == (
         "20", "15", "4096")
     assert again.subscriptions.get("default").position == version
-    assert again.config().thresholds.stop_count == 20
+    assert again.settings().thresholds.stop_count == 20
     # A schema is only needed to create the queue.
     assert declare(spark, path).path == queue.path
 
@@ -100,13 +100,13 @@ def test_declare_by_catalog_name(spark: SparkSession, tmp_path: Path) -> None:
         assert spark.catalog.tableExists("events_q")
         assert queue.name == "events_q"
         assert queue.path.startswith(str(tmp_path / "warehouse"))
-        assert queue.config().thresholds.stop_count == 7
+        assert queue.settings().thresholds.stop_count == 7
         QueueSink("events_q", app_id="t")(numbered(spark, 0, 2), 0)  # the sink resolves the name too
         assert queue.depths() == {"default": Depth(2, 2 * 9)}
         assert spark.table("events_q").count() == 2
 
         declare(spark, "events_q", SCHEMA, settings={"stopCount": 9})
-        assert Queue(queue.path).config().thresholds.stop_count == 9
+        assert Queue(queue.path).settings().thresholds.stop_count == 9
     finally:
         spark.sql("DROP TABLE IF EXISTS events_q")
         spark.catalog.setCurrentDatabase(current)

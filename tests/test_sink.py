@@ -21,6 +21,7 @@ from deltalake import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from spark_flow.config import ProducerSettings
 from spark_flow.exceptions import (
     ConfigurationError,
     FlowControlError,
@@ -197,19 +198,19 @@ def test_chunks_are_held_until_a_consumer_makes_room(spark: SparkSession, tmp_pa
 
 
 def test_crash_between_chunks_then_replay_writes_only_the_rest(spark: SparkSession, tmp_path: Path) -> None:
-    """Policy reject, stop 9, capacity 10, 18 rows: the call fails after its first chunk (the
+    """onFull reject, stop 9, capacity 10, 18 rows: the call fails after its first chunk (the
     queue turned ON). Replayed while still ON it writes nothing; replayed after the consumer
     acknowledged (rows in another order and partitioning) it writes exactly the 8 others."""
     path = str(tmp_path / "q")
-    queue = declare(spark, path, SCHEMA, settings={"stopCount": 9, "resumeCount": 5, "policy": "reject"})
+    queue = declare(spark, path, SCHEMA, settings={"stopCount": 9, "resumeCount": 5})
     df = messages(spark, range(18))
     with pytest.raises(QueueFullError, match="refused the batch: flow-stopped"):
-        QueueSink(path, options={"capacity": 10}, app_id="p")(df, 5)
+        QueueSink(path, options={"capacity": 10, "onFull": "reject"}, app_id="p")(df, 5)
     assert [count for _v, count, _s in sink_commits(path)] == [10]
     assert row_count(path) == 10
 
     with pytest.raises(QueueFullError):
-        QueueSink(path, options={"capacity": 10}, app_id="p")(df, 5)
+        QueueSink(path, options={"capacity": 10, "onFull": "reject"}, app_id="p")(df, 5)
     assert row_count(path) == 10, "a replay into a stopped queue adds nothing"
 
     queue.acknowledge("default", queue.refresh())
@@ -336,22 +337,22 @@ def test_size_column_sets_message_sizes(spark: SparkSession, tmp_path: Path) -> 
 # --- policies -------------------------------------------------------------------------------
 
 
-def fill_until_stopped(spark: SparkSession, path: str, rows: int, policy: str) -> None:
-    """Enqueue ``rows`` messages with a sink of ``policy`` (a non-holding one); the queue
-    turns ON at the end of the call."""
-    sink = QueueSink(path, options={"policy": policy}, app_id="filler")
+def fill_until_stopped(spark: SparkSession, path: str, rows: int, on_full: str) -> None:
+    """Enqueue ``rows`` messages with a sink whose ``onFull`` does not hold; the queue turns ON
+    at the end of the call."""
+    sink = QueueSink(path, options={"onFull": on_full}, app_id="filler")
     sink(messages(spark, range(rows)), 0)
     assert sink.last[path].flow_stopped
 
 
 def test_reject_raises_queue_full_with_queue_depth_and_thresholds(spark: SparkSession, tmp_path: Path) -> None:
     path = str(tmp_path / "q")
-    queue = declare(spark, path, SCHEMA, settings={"stopCount": 5, "resumeCount": 3, "policy": "reject"})
+    queue = declare(spark, path, SCHEMA, settings={"stopCount": 5, "resumeCount": 3})
     fill_until_stopped(spark, path, 10, "reject")
     version, depth = latest_version(path), queue.depths()["default"]
 
-    with pytest.raises(QueueFullError, match=r"queue 'q' refused the batch: flow-stopped, policy reject \(depth 10 messages") as info:
-        QueueSink(path, app_id="p")(messages(spark, range(100, 103)), 0)
+    with pytest.raises(QueueFullError, match=r"queue 'q' refused the batch: flow-stopped, onFull reject \(depth 10 messages") as info:
+        QueueSink(path, options={"onFull": "reject"}, app_id="p")(messages(spark, range(100, 103)), 0)
     error = info.value
     assert isinstance(error, FlowControlError)
     assert error.queue == "q"
@@ -367,7 +368,7 @@ def test_reject_after_raises_after_the_timeout(spark: SparkSession, tmp_path: Pa
     fill_until_stopped(spark, path, 10, "reject")
     version = latest_version(path)
 
-    sink = QueueSink(path, options={"policy": "reject-after", "rejectTimeout": "300ms"}, app_id="p")
+    sink = QueueSink(path, options={"onFull": "reject-after", "rejectTimeout": "300ms"}, app_id="p")
     started = time.monotonic()
     with pytest.raises(QueueFullTimeoutError, match=r"rejectTimeout 0.3s") as info:
         sink(messages(spark, range(100, 103)), 0)
@@ -411,31 +412,35 @@ def test_ring_strict_rejects_a_batch_larger_than_the_queue(spark: SparkSession, 
     assert row_count(path) == 0
 
 
-@pytest.mark.parametrize("where", ["table-property", "option"])
+@pytest.mark.parametrize("where", ["table-property", "producer-conf"])
 def test_producer_flow_control_false_never_stops(spark: SparkSession, tmp_path: Path, where: str) -> None:
-    """Over its stop threshold a queue with producerFlowControl=false does not stop (policy
-    reject, so a stop would fail the call instead of holding it)."""
+    """Over its stop threshold a queue with producerFlowControl=false does not stop (onFull
+    reject, so a stop would fail the call instead of holding it). Given in the producer's Spark
+    conf, the setting is recorded with the queue at the first batch, so every process sees it."""
     path = str(tmp_path / "q")
-    settings: dict[str, object] = {"stopCount": 5, "resumeCount": 3, "policy": "reject"}
-    options = {}
+    settings: dict[str, object] = {"stopCount": 5, "resumeCount": 3}
     if where == "table-property":
         settings["producerFlowControl"] = "false"
-    else:
-        options["producerFlowControl"] = "false"
     queue = declare(spark, path, SCHEMA, settings=settings)
-    sink = QueueSink(path, options=options, app_id="p")
-    for batch in range(2):
-        sink(messages(spark, range(batch * 10, batch * 10 + 10)), batch)
-        assert not sink.last[path].flow_stopped
+    sink = QueueSink(path, options={"onFull": "reject"}, app_id="p")
+    if where == "producer-conf":
+        spark.conf.set("spark.flow.producerFlowControl", "false")
+    try:
+        for batch in range(2):
+            sink(messages(spark, range(batch * 10, batch * 10 + 10)), batch)
+            assert not sink.last[path].flow_stopped
+    finally:
+        spark.conf.unset("spark.flow.producerFlowControl")
     assert queue.depths()["default"].count == 20
     assert [(s.flow_stopped, s.flow_stopped_count) for s in queue.subscriptions.list()] == [(False, 0)]
+    assert Queue(path).properties()["flow.producerFlowControl"] == "false"
 
 
 @pytest.mark.parametrize(
     ("key", "value", "allowed"),
     [
         ("capacity", 0, "a whole number >= 1"),
-        ("policy", "drop", "one of flow, reject, reject-after, ring, ring-strict"),
+        ("onFull", "drop", "one of hold, reject, reject-after"),
         ("rejectTimeout", "soon", "a duration"),
     ],
 )
@@ -466,7 +471,7 @@ def test_stop_9_resume_5_message_by_message(spark: SparkSession, tmp_path: Path)
     flowStoppedCount is 1."""
     path = str(tmp_path / "q")
     queue = declare(spark, path, SCHEMA, settings={"stopCount": 9, "resumeCount": 5})
-    sink = QueueSink(path, options={"policy": "reject"}, app_id="p")
+    sink = QueueSink(path, options={"onFull": "reject"}, app_id="p")
     for i in range(10):
         sink(messages(spark, [i]), i)
         report = sink.last[path]
@@ -476,7 +481,7 @@ def test_stop_9_resume_5_message_by_message(spark: SparkSession, tmp_path: Path)
     with pytest.raises(QueueFullError):
         sink(messages(spark, [10]), 10)
 
-    gate = Gate(queue, {"policy": "reject"})
+    gate = Gate(queue, ProducerSettings(on_full="reject"))
     versions = [version for version, _c, _s in sink_commits(path)]
     assert len(versions) == 10
     for acked, version in enumerate(versions[:6], start=1):
