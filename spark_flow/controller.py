@@ -60,7 +60,7 @@ OBSERVATION_SCHEMA = (
     "latest BIGINT, depth_count BIGINT, depth_size BIGINT, oldest_enqueue BIGINT, stop_count BIGINT, "
     "resume_count BIGINT, stop_size BIGINT, resume_size BIGINT, producers_stopped BOOLEAN, "
     "stall_timeout DOUBLE, stalled_policy STRING, recorded_stopped BOOLEAN, recorded_count BIGINT, "
-    "recorded_transition BIGINT, command_id BIGINT, command STRING, settings STRING"
+    "recorded_transition BIGINT, backpressured BOOLEAN, command_id BIGINT, command STRING, settings STRING"
 )
 OUTPUT_SCHEMA = (
     "kind STRING, event STRING, detail STRING, queue STRING, path STRING, subscription STRING, time BIGINT, "
@@ -180,7 +180,7 @@ def _observe(name: str, path: str) -> Iterator[tuple]:
         commits = queue.ledger.commits(sub.position, latest)
         oldest = next((c.timestamp for c in commits if c.count), None)
         transition = sub.last_transition
-        yield _row(
+        yield _row(backpressured=any(_stopped(d) for d in sub.downstream),
             kind="observe", queue=name, path=queue.path, subscription=sub.name, observed_at=_now_ms(),
             position=sub.position, latest=latest, depth_count=sum(c.count for c in commits),
             depth_size=sum(c.size for c in commits), oldest_enqueue=oldest,
@@ -193,6 +193,17 @@ def _observe(name: str, path: str) -> Iterator[tuple]:
         )
     if subs:
         queue.ledger.forget(min(s.position for s in subs))
+
+
+def _stopped(path: str) -> bool:
+    """Whether the queue at ``path`` holds its producers (flow-stopped, or stopped by an operator)."""
+    try:
+        queue = open_queue(path)
+        queue.refresh()
+        return queue.settings().producers_stopped or any(s.flow_stopped for s in queue.subscriptions.list())
+    except Exception as error:  # dropped or unreadable: it holds nobody
+        log.warning("cannot look at downstream queue %s: %s", path, error)
+        return False
 
 
 # -- the state machine per queue and subscription ---------------------------------------------
@@ -262,7 +273,8 @@ def step(before: ControllerState | None, obs: Mapping[str, Any]) -> tuple[Contro
         events.append(("stopped" if flow.flow_stopped else "resumed", "controller"))
 
     position = int(obs["position"])
-    moved = before is None or position > before.position or depth_count == 0
+    # A consumer held back by its downstream queues is not late: its clock waits with it.
+    moved = before is None or position > before.position or depth_count == 0 or bool(obs.get("backpressured"))
     progress_at = now if moved or before.progress_at == _NONE else before.progress_at
     timeout_ms = float(obs["stall_timeout"] or 0) * 1000
     # A consumer is not late for messages that were not there: its clock starts at the later of
@@ -273,7 +285,8 @@ def step(before: ControllerState | None, obs: Mapping[str, Any]) -> tuple[Contro
     if stalled and not was_stalled:
         events.append(("stalled", f"no ack for {(now - waiting_since) / 1000:.1f}s with {depth_count} messages"))
     elif was_stalled and not stalled:
-        events.append(("recovered", "acks again" if moved else "stallTimeout changed"))
+        events.append(("recovered", "held back by a downstream queue" if obs.get("backpressured")
+                       else "acks again" if moved else "stallTimeout changed"))
     evict = stalled and obs["stalled_policy"] == "skip"
     if evict:
         events.append(("evicted", f"skipped {depth_count} messages to position {obs['latest']}"))

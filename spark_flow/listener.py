@@ -7,7 +7,6 @@ runs), consumers by their ``flowqueue`` offsets, which name the queue and subscr
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 
@@ -15,6 +14,7 @@ from pyspark.sql.streaming import StreamingQueryListener
 
 from spark_flow.queue import open_queue
 from spark_flow.sink import SINKS
+from spark_flow.source import flowqueue_offset
 
 log = logging.getLogger("spark_flow.listener")
 
@@ -70,7 +70,7 @@ class FlowProgressListener(StreamingQueryListener):
                                           report.depth.count, report.depth.size, report.flow_stopped,
                                           report.flow_stopped_count, report.held_seconds))
         for source in progress.sources:
-            offset = _offset(source.endOffset)
+            offset = flowqueue_offset(source.endOffset)
             if offset is not None:
                 queue = open_queue(offset["queue"])
                 sub = queue.subscriptions.get(offset["subscription"])
@@ -84,12 +84,3 @@ class FlowProgressListener(StreamingQueryListener):
                      "flowStoppedCount %d, held %.1fs", flow.role, name or query_id, batch_id, flow.queue,
                      f" subscription {flow.subscription!r}" if flow.subscription else "", flow.depth_count,
                      flow.depth_size, str(flow.flow_stopped).lower(), flow.flow_stopped_count, flow.held_seconds)
-
-
-def _offset(text: str | None) -> dict | None:
-    """A flowqueue offset (it names its queue and subscription), or None for other sources."""
-    try:
-        offset = json.loads(text) if text else None
-    except ValueError:
-        return None
-    return offset if isinstance(offset, dict) and {"queue", "subscription", "version"} <= offset.keys() else None

@@ -31,6 +31,7 @@ from spark_flow.exceptions import ConfigurationError, HoldInterruptedError, Queu
 from spark_flow.gate import Gate, GateStatus
 from spark_flow.ledger import METADATA_KEY, Depth
 from spark_flow.queue import Queue, open_queue, queue_location
+from spark_flow.source import flowqueue_offset
 from spark_flow.state import Thresholds
 
 if TYPE_CHECKING:
@@ -164,6 +165,8 @@ class QueueSink:
         self.last: dict[str, BatchReport] = {}
         self._gates: dict[str, Gate] = {}  # by destination, made at its first batch
         self._session_conf: dict[str, str] | None = None
+        self._consumed: list[tuple[str, str]] | None = None  # (queue, subscription) the query reads
+        self._downstream: set[str] = set()  # destinations recorded as their downstream
         self._held: dict[str, float] = {}  # seconds the current batch was held, per queue path
         self._sizes: dict[str, tuple[Column, tuple[Column, Column]]] = {}  # by schema (JSON)
 
@@ -179,6 +182,7 @@ class QueueSink:
         with _cached(batch) as batch:
             parts = self._route(batch)
             gates = {dest: self._gate(spark, dest) for dest in parts}
+            self._record_downstream(query_id, gates)
             self._held = dict.fromkeys((gate.queue.path for gate in gates.values()), 0.0)
             rows = self._check(parts, gates)
             enqueued = {dest: self._enqueue(part, gates[dest], app_id, batch_id, is_active)
@@ -197,6 +201,21 @@ class QueueSink:
             queue.record_conf(conf)
             self._gates[dest] = Gate(queue, producer_settings(queue.name, self.options, conf))
         return self._gates[dest]
+
+    def _record_downstream(self, query_id: str | None, gates: Mapping[str, Gate]) -> None:
+        """Record this query's destinations as the downstream of the queue subscriptions it
+        reads (from its progress, from its second batch on): held here, that consumer is held
+        back by backpressure, and the controller does not take it for stalled."""
+        new = [gate.queue.path for gate in gates.values() if gate.queue.path not in self._downstream]
+        if not new or query_id is None:
+            return
+        if self._consumed is None:
+            self._consumed = _consumed(query_id)
+            if self._consumed is None:
+                return
+        for path, subscription in self._consumed:
+            open_queue(path).subscriptions.add_downstream(subscription, new)
+        self._downstream.update(new)
 
     def _check(self, parts: Mapping[str, DataFrame], gates: Mapping[str, Gate]) -> dict[str, DataFrame]:
         """Every destination's schema and settings, before the first write: a batch routed to
@@ -412,6 +431,18 @@ def _activity(query_id: str | None) -> Callable[[], bool]:
         return query is not None and query.isActive
 
     return is_active
+
+
+def _consumed(query_id: str) -> list[tuple[str, str]] | None:
+    """The flowqueue subscriptions a query reads, from its last progress; None before it has one."""
+    from pyspark.sql import SparkSession
+
+    query = SparkSession.builder.getOrCreate().streams.get(query_id)
+    progress = query.lastProgress if query is not None else None
+    if progress is None:
+        return None
+    offsets = [flowqueue_offset(source.endOffset) for source in progress.sources]
+    return [(offset["queue"], offset["subscription"]) for offset in offsets if offset is not None]
 
 
 def enqueue_stream(df: DataFrame, queue: str | None, checkpoint_location: str, *,

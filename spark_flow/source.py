@@ -15,6 +15,7 @@ read with ``deltalake``.
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -76,6 +77,16 @@ class SourceOptions:
             downstream=tuple(p.strip() for p in own.get("downstream", "").split(",") if p.strip()),
             flow_conf=conf,
         )
+
+
+def flowqueue_offset(text: str | None) -> dict | None:
+    """A flowqueue offset from query progress (it names its queue and subscription), or None
+    for another source's."""
+    try:
+        offset = json.loads(text) if text else None
+    except ValueError:
+        return None
+    return offset if isinstance(offset, dict) and {"queue", "subscription", "version"} <= offset.keys() else None
 
 
 @dataclass(frozen=True)
@@ -178,14 +189,16 @@ class FlowQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return self._offset(max(end, start["version"]))
 
     def _downstream_stopped(self) -> bool:
-        """Whether a downstream queue is flow-stopped. This stage writes those queues, so the
-        queue settings its Spark conf gives are recorded with them at its first look, as a
-        producer's are. Gates are made per call: the reader is pickled to read tasks, and
+        """Whether a downstream queue is flow-stopped. This stage writes those queues, so at its
+        first look the queue settings its Spark conf gives are recorded with them, as a
+        producer's are, and they are recorded as its subscription's downstream (held back by
+        them, it is not stalled). Gates are made per call: the reader is pickled to read tasks, and
         deltalake handles do not pickle."""
         downstream = [open_queue(path) for path in self.settings.downstream]
         if not self._recorded:
             for queue in downstream:
                 queue.record_conf(self.settings.flow_conf)
+            self._queue.subscriptions.add_downstream(self.settings.subscription, [q.path for q in downstream])
             self._recorded = True
         return any(Gate(queue).observe().stopped for queue in downstream)
 

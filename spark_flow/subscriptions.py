@@ -30,7 +30,9 @@ _RETRIES = 50
 
 @dataclass(frozen=True)
 class Subscription:
-    """One subscription's row: where it has acknowledged up to, and its flow state."""
+    """One subscription's row: where it has acknowledged up to, its flow state, and the queues
+    its consumer writes to (``downstream``: while one of them is stopped, the consumer is held
+    back by backpressure, not stalled)."""
 
     name: str
     position: int
@@ -40,6 +42,11 @@ class Subscription:
     discarded_count: int = 0
     created_at: datetime | None = None
     updated_at: datetime | None = None
+    downstream: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if isinstance(self.downstream, str) or self.downstream is None:  # as the table keeps it
+            object.__setattr__(self, "downstream", tuple(p for p in (self.downstream or "").split(",") if p))
 
 
 def _schema() -> pa.Schema:
@@ -56,6 +63,7 @@ def _schema() -> pa.Schema:
             pa.field("discarded_count", pa.int64(), nullable=False),
             pa.field("created_at", ts),
             pa.field("updated_at", ts),
+            pa.field("downstream", pa.string()),
         ]
     )
 
@@ -128,7 +136,8 @@ class SubscriptionTable:
         """Create a subscription acknowledged up to ``position``; False if it already existed."""
         now = datetime.now(UTC)
         row = {"name": name, "position": position, "flow_stopped": False, "flow_stopped_count": 0,
-               "last_transition": None, "discarded_count": 0, "created_at": now, "updated_at": now}
+               "last_transition": None, "discarded_count": 0, "created_at": now, "updated_at": now,
+               "downstream": None}
         return self._merge(row, lambda m: m.when_not_matched_insert_all())["num_target_rows_inserted"] > 0
 
     def drop(self, name: str) -> None:
@@ -149,6 +158,20 @@ class SubscriptionTable:
         if metrics["num_target_rows_updated"] == 0:
             self.get(name)  # raises for an unknown subscription
         return metrics["num_target_rows_updated"] > 0
+
+    def add_downstream(self, name: str, paths: tuple[str, ...] | list[str]) -> None:
+        """Record queues the consumer of ``name`` writes to (kept with those recorded before;
+        compare and set, so two writers adding different queues keep both)."""
+        while True:
+            sub = self.get(name)
+            wanted = tuple(sorted({*sub.downstream, *paths}))
+            if wanted == sub.downstream:
+                return
+            row = {"name": name, "downstream": ",".join(wanted), "was": ",".join(sub.downstream)}
+            metrics = self._merge(row, lambda m: m.when_matched_update(
+                {"downstream": "s.downstream"}, predicate="coalesce(t.downstream, '') = s.was"))
+            if metrics["num_target_rows_updated"]:
+                return
 
     def transition(self, before: Subscription, flow_stopped: bool, flow_stopped_count: int) -> bool:
         """Record a flow transition if the row still shows ``before`` (compare and set).

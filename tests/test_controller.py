@@ -9,11 +9,14 @@ from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
-from streams import is_held, start_producer, wait_until
+from streams import is_held, spark_conf, start_consumer, start_producer, wait_until
 
 from spark_flow.controller import ControllerState, start_controller, step
 from spark_flow.exceptions import ConfigurationError, QueueNotFoundError, UnknownKeyError
 from spark_flow.queue import Queue, declare
+from spark_flow.sink import QueueSink
+from spark_flow.source import read_queue
+from spark_flow.state import Thresholds
 from spark_flow.status import FlowAdmin
 
 SCHEMA = "id BIGINT, body STRING"
@@ -200,6 +203,58 @@ def test_set_changes_thresholds_at_run_time_through_the_controller(
     assert queue.settings().thresholds.stop_count == 20
     assert queue.properties()["flow.stopCount"] == "100", "the queue table itself is not altered"
 
+    admin.unset("tuned", "stopCount", "resumeCount")  # back to the queue's own 100 / 50
+    wait_until(lambda: status_of(admin, "tuned").get("stop_count") == 100, 60)
+    status = status_of(admin, "tuned")
+    assert (status["resume_count"], status["flow_stopped"], status["flow_stopped_count"]) == (50, False, 1)
+    assert queue.overrides.settings() == {}
+
+
+def assert_transitions_follow_thresholds(transitions: list[dict[str, object]]) -> None:
+    """Invariant 8: every recorded STOPPED has a depth above a stop threshold and every RESUMED
+    has every configured measure under its resume threshold, with the thresholds then in force."""
+    assert transitions
+    for row in transitions:
+        thresholds = Thresholds(row["stop_count"], row["resume_count"], row["stop_size"], row["resume_size"])
+        if row["flow_stopped"]:
+            assert thresholds.exceeded(row["depth_count"], row["depth_size"]), row
+        else:
+            assert thresholds.relieved(row["depth_count"], row["depth_size"]), row
+
+
+@pytest.mark.e2e
+def test_a_producer_with_conf_thresholds_and_a_controller_without_share_one_flow_state(
+        spark: SparkSession, controlled: tuple[FlowAdmin, Path]) -> None:
+    """The README walkthrough's bug: the producer gets stop 20 / resume 10 from its Spark conf,
+    the controller (started with no thresholds in its conf) judged the queue with none and
+    resumed it on every look, so one hold counted dozens of stops. The producer records its
+    conf's thresholds with the queue; the controller judges with them: one hold, one stop, and
+    the status shows 20 / 10."""
+    admin, base = controlled
+    path = base / "walk"
+    queue = declare_registered(spark, admin, path, "id BIGINT, producer STRING")
+    with spark_conf(spark, {"spark.flow.stopCount": "20", "spark.flow.resumeCount": "10"}):
+        producer, _ = start_producer(spark, str(path), base / "walk_producer", "p", 40, options={"capacity": 10})
+        wait_until(lambda: "flow.stopCount" in Queue(str(path)).properties(), 60)
+    consumer = None
+    try:
+        wait_until(lambda: is_held(producer), 90)
+        time.sleep(4)  # the controller looks at the held queue a dozen times
+        status = status_of(admin, "walk")
+        assert (status["stop_count"], status["resume_count"]) == (20, 10)
+        assert (status["flow_stopped"], status["flow_stopped_count"]) == (True, 1)
+        assert 20 < status["depth_count"] <= 30
+        consumer = start_consumer(spark, str(path), base / "walk_consumer", base / "walk_out", maxRecordsPerTrigger=5)
+        wait_until(lambda: queue.subscriptions.get("default").flow_stopped_count >= 2, 120)
+    finally:
+        producer.stop()
+        if consumer is not None:
+            consumer.stop()
+    assert_transitions_follow_thresholds(queue.history.read())
+    sub = queue.subscriptions.get("default")
+    stops = [r for r in queue.history.read() if r["flow_stopped"]]
+    assert [r["flow_stopped_count"] for r in stops] == list(range(1, sub.flow_stopped_count + 1))
+
 
 @pytest.mark.e2e
 def test_stalled_subscription_is_flagged_and_skip_evicts_it(
@@ -215,6 +270,42 @@ def test_stalled_subscription_is_flagged_and_skip_evicts_it(
     assert queue.subscriptions.get("slow").discarded_count == 5
     wait_until(lambda: status_of(admin, "stall", "slow").get("depth_count") == 0, 60)
     assert not status_of(admin, "stall", "slow")["consumer_stalled"]
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("gated", [True, False], ids=["gated-source", "held-sink"])
+def test_a_consumer_held_back_by_its_downstream_queue_is_never_stalled(
+        spark: SparkSession, controlled: tuple[FlowAdmin, Path], gated: bool) -> None:
+    """A pipeline stage reads queue ``up`` (stall timeout 1 s, policy skip) and writes queue
+    ``down`` (stop 10), which nobody consumes: the stage is held back by ``down`` (its source
+    admits nothing, or its QueueSink holds its batch), so ``up``'s subscription makes no
+    progress for many stall timeouts. It is backpressured, not stalled: never flagged, and its
+    backlog is never skipped."""
+    admin, base = controlled
+    name = f"up_{gated}".lower()
+    up = declare_registered(spark, admin, base / name, "id BIGINT, producer STRING", stallTimeout="1s",
+                            stalledConsumerPolicy="skip")
+    declare_registered(spark, admin, base / f"down_{gated}".lower(), "id BIGINT, producer STRING",
+                       stopCount=10, resumeCount=5)
+    down = str(base / f"down_{gated}".lower())
+    spark.range(0, 60).selectExpr("id", "'p' AS producer").write.format("delta").mode("append").save(str(base / name))
+    options = {"maxRecordsPerTrigger": 4 if gated else 8, **({"downstream": down} if gated else {})}
+    stage = (read_queue(spark, str(base / name), **options).drop("_position", "_enqueue_time").writeStream
+             .foreachBatch(QueueSink(down, options={"capacity": 8})).trigger(processingTime="200 milliseconds")
+             .option("checkpointLocation", str(base / f"stage_{gated}")).start())
+    try:
+        wait_until(lambda: Queue(down).subscriptions.get("default").flow_stopped, 90)
+        wait_until(lambda: status_of(admin, name).get("depth_count", 60) < 60, 60)
+        held_at = up.subscriptions.get("default").position
+        time.sleep(5)
+        assert up.subscriptions.get("default").position == held_at, "the stage is held"
+        status = status_of(admin, name)
+        assert status["depth_count"] > 0 and status["consumer_stalled"] is False
+        assert up.subscriptions.get("default").discarded_count == 0
+        assert not [r for r in admin.history(name) if r["event"] in ("stalled", "evicted")]
+        assert up.subscriptions.get("default").downstream == (down,)
+    finally:
+        stage.stop()
 
 
 @pytest.mark.e2e
@@ -242,20 +333,39 @@ class TestBadCommands:
         (lambda a: a.stop_producers("nope"), QueueNotFoundError, "'nope'.*no registered queue matches.*'orders.eu'"),
         (lambda a: a.start_producers("*.us"), QueueNotFoundError, "'\\*.us'.*no registered queue matches"),
         (lambda a: a.set("nope", stopCount=3), QueueNotFoundError, "'nope'"),
-        (lambda a: a.set("orders.eu", stopCount="abc"), ConfigurationError, "flow.stopCount='abc'.*whole number"),
-        (lambda a: a.set("orders.eu", resumeCount=9), ConfigurationError, "flow.resumeCount='9'.*<= flow.stopCount=5"),
+        (lambda a: a.set("orders.eu", stopCount="abc"), ConfigurationError, "stopCount='abc'.*whole number"),
+        (lambda a: a.set("orders.eu", resumeCount=9), ConfigurationError, "resumeCount='9'.*<= flow.stopCount=5"),
         (lambda a: a.set("orders.eu", stopCont=3), UnknownKeyError, "stopCont.*Did you mean 'stopCount'"),
-        (lambda a: a.set("orders.eu", producersStopped="true"), UnknownKeyError, "producersStopped"),
-        (lambda a: a.set("orders.eu", policy="drop"), ConfigurationError, "flow.policy='drop'.*one of flow, reject"),
+        (lambda a: a.set("orders.eu", producersStopped="true"), ConfigurationError, "producersStopped.*stop-producers"),
+        (lambda a: a.set("orders.eu", capacity=5), ConfigurationError, "capacity is a producer's setting"),
+        (lambda a: a.set("orders.eu", policy="drop"), ConfigurationError, "policy='drop'.*one of flow, ring"),
+        (lambda a: a.set("orders.eu", policy="ring"), ConfigurationError, "policy='ring'.*maxCount or maxSize"),
+        (lambda a: a.set("orders.eu", maxCount=3), ConfigurationError, r"flow.stopCount='5'.*<= maxCount=3"),
         (lambda a: a.set("orders.eu"), ConfigurationError, "at least one setting"),
+        (lambda a: a.unset("orders.eu"), ConfigurationError, "at least one setting to remove"),
+        (lambda a: a.unset("orders.eu", "stopCuont"), UnknownKeyError, "Did you mean 'stopCount'"),
     ], ids=["stop-unknown", "start-pattern-unmatched", "set-unknown", "set-not-a-number", "set-resume-above-stop",
-            "set-unknown-key", "set-manual-stop-key", "set-bad-policy", "set-nothing"])
+            "set-unknown-key", "set-manual-stop-key", "set-producer-setting", "set-bad-policy", "set-ring-without-max",
+            "set-stop-above-max", "set-nothing", "unset-nothing", "unset-unknown-key"])
     def test_refused_and_nothing_written(self, admin: FlowAdmin, call: object, error: type, match: str) -> None:
         before = admin.commands.latest()
         with pytest.raises(error, match=match):
             call(admin)  # type: ignore[operator]
         assert admin.commands.latest() == before
         assert admin.queue("orders.eu").overrides.settings() == {}
+
+    def test_set_is_checked_with_the_commands_not_yet_applied(self, admin: FlowAdmin) -> None:
+        """On a 5/2 queue, ``set stopCount=3`` is fine; ``set resumeCount=4`` would be fine on its
+        own, but with the first (not applied yet: no controller runs) the queue would be 3/4,
+        so it is refused when issued, not applied to crash every producer of the queue."""
+        first = admin.set("orders.eu", stopCount=3)
+        with pytest.raises(ConfigurationError, match=r"resumeCount='4'.*<= stopCount=3"):
+            admin.set("orders.eu", resumeCount=4)
+        assert admin.commands.latest() == first
+        admin.unset("orders.eu", "stopCount")  # back to 5: now resume 4 is fine
+        admin.set("orders.eu", resumeCount=4)
+        assert [(c.command, dict(c.settings)) for c in admin.commands.read()] == [
+            ("set", {"stopCount": "3"}), ("unset", {"stopCount": None}), ("set", {"resumeCount": "4"})]
 
     def test_patterns_and_all_match_registered_queues(self, admin: FlowAdmin) -> None:
         assert admin.matching("orders.*") == ["orders.eu"] == admin.matching(">")

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
+from streams import spark_conf
 
 from spark_flow.exceptions import (
     ConfigurationError,
@@ -87,6 +88,91 @@ def test_declare_again_updates_settings_and_keeps_positions(spark: SparkSession,
     with pytest.raises(ConfigurationError, match=r"resumeCount.*stopCount=20"):
         declare(spark, path, SCHEMA, settings={"resumeCount": 25})
     assert Queue(path).properties()["flow.resumeCount"] == "15"
+
+
+def test_declare_again_never_changes_subscriptions(spark: SparkSession, tmp_path: Path) -> None:
+    """A dropped ``default`` stays dropped (it would come back at -1, counting every message ever
+    written and holding producers), and the others keep their positions and flow state."""
+    path = str(tmp_path / "q")
+    queue = declare(spark, path, SCHEMA, settings={"stopCount": 10, "resumeCount": 5})
+    version = enqueue(queue, numbered(spark, 0, 3), 0)
+    queue.create_subscription("audit", "latest")
+    queue.drop_subscription("default")
+    before = queue.subscriptions.list()
+
+    again = declare(spark, path, SCHEMA, settings={"stopCount": 20})
+    assert again.subscriptions.list() == before
+    assert [(s.name, s.position) for s in before] == [("audit", version)]
+    assert again.depths() == {"audit": Depth(0, 0)}
+
+
+def test_conf_settings_are_recorded_where_the_queue_has_none(spark: SparkSession, tmp_path: Path) -> None:
+    """Declared with ``spark.flow.*`` conf, a queue records those values (never the built-in
+    defaults) as table properties, and a handle without that conf judges it with them; a key
+    given explicitly wins over the conf."""
+    path = str(tmp_path / "events")
+    conf = {"spark.flow.stopCount": "500", "spark.flow.resumeCount": "300", "spark.flow.queues.ev*.stopSize": "1k",
+            "spark.flow.queues.events.stallTimeout": "5s"}
+    with spark_conf(spark, conf):
+        declare(spark, path, SCHEMA, settings={"resumeCount": 200})
+    properties = {k: v for k, v in Queue(path).properties().items() if k.startswith("flow.") and "Location" not in k}
+    assert properties == {"flow.queueName": "events", "flow.stopCount": "500", "flow.resumeCount": "200",
+                          "flow.stallTimeout": "5s"}
+    settings = Queue(path).settings()
+    assert (settings.thresholds.stop_count, settings.thresholds.resume_count, settings.stall_timeout) == (500, 200, 5.0)
+    assert settings.origins["stopCount"] == "flow.stopCount"
+
+
+def test_a_later_conf_records_only_what_is_missing_and_reports_the_rest_once(
+    spark: SparkSession, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A second process's conf: a key the queue has none of is recorded; a key it records with
+    another value is not applied, and one log line names both values and ``spark-flow set``."""
+    path = str(tmp_path / "events")
+    declare(spark, path, SCHEMA, settings={"stopCount": 500, "resumeCount": 300})
+    conf = {"spark.flow.stopCount": "800", "spark.flow.stallTimeout": "1min", "spark.flow.resumeCount": "300"}
+    with caplog.at_level("WARNING", logger="spark_flow.queue"):
+        settings = Queue(path).record_conf(conf)
+        Queue(path).record_conf(conf)
+    assert (settings.thresholds.stop_count, settings.thresholds.resume_count, settings.stall_timeout) == (500, 300, 60.0)
+    assert Queue(path).properties()["flow.stallTimeout"] == "1min"
+    lines = [r.getMessage() for r in caplog.records if r.name == "spark_flow.queue"]
+    assert len(lines) == 1, lines
+    assert "spark.flow.stopCount=800 (Spark conf) is not applied" in lines[0]
+    assert "stopCount is 500 (flow.stopCount)" in lines[0] and "spark-flow set events stopCount=800" in lines[0]
+
+
+def test_a_conf_that_would_make_the_queue_invalid_is_refused_before_it_is_recorded(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    path = str(tmp_path / "events")
+    declare(spark, path, SCHEMA, settings={"stopCount": 500})
+    with pytest.raises(ConfigurationError, match=r"spark.flow.resumeCount='600'.*<= flow.stopCount=500"):
+        Queue(path).record_conf({"spark.flow.resumeCount": "600"})
+    assert "flow.resumeCount" not in Queue(path).properties()
+
+
+def test_two_recorders_at_once_record_one_value(spark: SparkSession, tmp_path: Path) -> None:
+    """Two processes with different conf record at the same moment: the record is a
+    compare-and-set on the table's metadata, so one value wins and both end up judging with it."""
+    import threading
+
+    path = str(tmp_path / "events")
+    declare(spark, path, SCHEMA)
+    barrier, results = threading.Barrier(2), {}
+
+    def record(stop: str) -> None:
+        queue = Queue(path)
+        barrier.wait()
+        results[stop] = queue.record_conf({"spark.flow.stopCount": stop}).thresholds.stop_count
+
+    threads = [threading.Thread(target=record, args=(stop,)) for stop in ("50", "70")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    recorded = int(Queue(path).properties()["flow.stopCount"])
+    assert recorded in (50, 70) and set(results.values()) == {recorded}
 
 
 def test_declare_by_catalog_name(spark: SparkSession, tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ from chispa import assert_df_equality
 from deltalake import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from streams import start_producer, wait_until
 
 from spark_flow.config import ProducerSettings
 from spark_flow.exceptions import (
@@ -155,6 +156,30 @@ def test_the_batch_cache_and_session_conf_are_left_as_found(spark: SparkSession,
     assert spark.conf.get(key) == "true"
     assert good.storageLevel == StorageLevel.NONE and bad.storageLevel == StorageLevel.NONE
     assert row_count(path) == 5
+
+
+@pytest.mark.e2e
+def test_a_running_producer_survives_metadata_commits_on_its_queue(spark: SparkSession, tmp_path: Path) -> None:
+    """ALTER TBLPROPERTIES and re-declares while a producer streams into the queue: Delta fails an
+    append that overlaps a metadata commit (MetadataChangedException); the sink appends again,
+    the query goes on, and every message is in the queue once."""
+    path = str(tmp_path / "q")
+    queue = declare(spark, path, "id BIGINT, producer STRING", settings={"stopCount": 100_000})
+    producer, _ = start_producer(spark, path, tmp_path / "p", "p", 400)
+    try:
+        wait_until(lambda: queue.refresh() > 3, 60)
+        for i in range(30):
+            if i % 3:
+                spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('flow.stallTimeout' = '{i}s')")
+            else:
+                declare(spark, path, settings={"stopCount": 100_000 + i})
+        written = queue.refresh()
+        wait_until(lambda: queue.refresh() > written + 2, 60)
+        assert producer.isActive and producer.exception() is None
+    finally:
+        producer.stop()
+    rows = spark.read.format("delta").load(path)
+    assert rows.count() == rows.select("id").distinct().count() > 0
 
 
 def test_batch_bigger_than_capacity_is_written_in_chunks(spark: SparkSession, tmp_path: Path) -> None:

@@ -1,0 +1,172 @@
+"""The README is a test: its walkthrough's command lines run as written, each job its own
+spark-submit with its own conf (paths under a temporary folder instead of /tmp/flow, and
+``--run-seconds`` so the jobs end: shorter runs).
+
+Each spark-submit is its own JVM (marked e2e); results are read back with deltalake and the CLI.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+from test_controller import assert_transitions_follow_thresholds
+from test_jobs import ROOT, failure, progress
+
+from spark_flow.queue import Queue
+from spark_flow.status import FlowAdmin
+
+pytestmark = pytest.mark.e2e
+
+README = ROOT / "README.md"
+BIN = Path(sys.executable).parent
+
+
+def bash_blocks(section: str) -> list[list[list[str]]]:
+    """The ```bash blocks of a README section, each as its commands (``\\`` continuations
+    joined, comments dropped), each command as its words."""
+    text = README.read_text()
+    part = text.split(f"\n## {section}", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```bash\n(.*?)```", part, re.S)
+    commands = [[shlex.split(line, comments=True) for line in block.replace("\\\n", " ").splitlines()]
+                for block in blocks]
+    return [[words for words in block if words] for block in commands]
+
+
+def test_readme_walkthrough_blocks_are_the_ones_this_test_runs() -> None:
+    setup, controller, producer, consumer, operate = bash_blocks("Walkthrough")
+    assert setup == [["source", ".venv/bin/activate"], ["export", "SPARK_CONF_DIR=$PWD/conf"]]
+    assert [c[0] for c in (*controller, *producer, *consumer)] == ["spark-submit"] * 3
+    assert {c[1] for c in operate[1:]} == {"status", "set", "unset", "stop-producers", "start-producers", "plot"}
+
+
+class Walkthrough:
+    """The README's terminals: the venv activated, ``SPARK_CONF_DIR`` exported, ``/tmp/flow``
+    under ``base``."""
+
+    def __init__(self, base: Path) -> None:
+        self.base = base
+        self.env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "VIRTUAL_ENV": str(BIN.parent),
+                    "SPARK_CONF_DIR": str(ROOT / "conf"), "PYSPARK_PYTHON": sys.executable,
+                    "PYSPARK_DRIVER_PYTHON": sys.executable}
+
+    def words(self, command: list[str], *more: str) -> list[str]:
+        return [w.replace("/tmp/flow", str(self.base)) for w in command] + list(more)
+
+    def start(self, command: list[str], *more: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(self.words(command, *more), cwd=ROOT, env=self.env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+    def run(self, command: list[str], *more: str, timeout: float = 300,
+            cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(self.words(command, *more), cwd=cwd, env=self.env, capture_output=True, text=True,
+                              timeout=timeout, check=False)
+
+
+def finish(process: subprocess.Popen[str], timeout: float) -> subprocess.CompletedProcess[str]:
+    try:
+        out, err = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        out, err = process.communicate()
+    return subprocess.CompletedProcess(process.args, process.returncode, out, err)
+
+
+def wait_for(predicate: object, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout}s")
+        time.sleep(1)
+
+
+def test_readme_walkthrough_as_written(tmp_path: Path) -> None:
+    """The controller started with ``spark.flow.home`` only, the producer with stop 500 / resume
+    300 in its own conf, then the slow consumer: the status shows 500 / 300 while the producer
+    is held, one hold counts one stop however often the controller looks, every recorded stop
+    and resume keeps the thresholds, and ``flowStoppedCount`` is the number of stops."""
+    _setup, [controller], [producer], [consumer], operate = bash_blocks("Walkthrough")
+    walk = Walkthrough(tmp_path)
+    home, path = tmp_path / "home", tmp_path / "queues" / "events"
+    jobs = [walk.start(controller, "--run-seconds", "600"),
+            walk.start(producer, "--run-seconds", "90")]
+    try:
+        admin = FlowAdmin(str(home))
+
+        def status() -> dict:
+            frame = admin.status()
+            return frame.to_dict("records")[0] if len(frame) else {}
+
+        wait_for(lambda: status().get("flow_stopped") is True, 240, "the producer held, seen by the controller")
+        time.sleep(8)  # the controller looks at the held queue every second
+        held = status()
+        assert (held["stop_count"], held["resume_count"]) == (500, 300)
+        assert (held["flow_stopped"], held["flow_stopped_count"], held["producers_held"]) == (True, 1, True)
+        assert 500 < held["depth_count"] <= 700
+
+        drained = walk.run(consumer, "--run-seconds", "25")
+        assert drained.returncode == 0, failure(drained)
+        made = finish(jobs[1], 300)
+        assert made.returncode == 0, failure(made)
+
+        export, *commands = operate
+        assert walk.words(export) == ["export", f"SPARK_FLOW_HOME={home}"]
+        walk.env["SPARK_FLOW_HOME"] = str(home)
+        for command in commands:
+            result = walk.run(command, timeout=120, cwd=tmp_path)
+            assert result.returncode == 0, failure(result)
+        assert (tmp_path / "events.png").read_bytes()[:4] == b"\x89PNG"
+    finally:
+        for job in jobs:
+            if job.poll() is None:
+                os.killpg(job.pid, signal.SIGTERM)
+            finish(job, 60)
+
+    produced = progress(made.stdout, "producer")
+    assert produced and max(int(line["depth"]) for line in produced) <= 700, failure(made)
+    consumed = progress(drained.stdout, "consumer")
+    assert consumed, failure(drained)
+    queue = Queue(str(path))
+    stops = [r for r in queue.history.read() if r["flow_stopped"]]
+    sub = queue.subscriptions.get("default")
+    assert [r["flow_stopped_count"] for r in stops] == list(range(1, sub.flow_stopped_count + 1))
+    assert sub.flow_stopped_count == max(int(line["flowStoppedCount"]) for line in produced), failure(made)
+    assert_transitions_follow_thresholds(queue.history.read())
+
+
+def python_blocks() -> list[str]:
+    return re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
+
+
+def test_readme_python_examples_as_written(spark: SparkSession, tmp_path: Path) -> None:
+    """The README's Python examples in order, in one namespace, with their paths under a
+    temporary folder: the queue fills, the controller registers it and writes its status, the
+    run-time commands are accepted, the plot is drawn."""
+    blocks = [block.replace("/data/", f"{tmp_path}/data/").replace("/chk/", f"{tmp_path}/chk/")
+              .replace("/tmp/events.png", f"{tmp_path}/events.png") for block in python_blocks()]
+    assert len(blocks) == 2
+    namespace: dict[str, object] = {}
+    try:
+        for block in blocks:
+            exec(compile(block, str(README), "exec"), namespace)
+        admin = namespace["admin"]
+        status = admin.status()  # type: ignore[attr-defined]
+        assert list(status["queue"]) == ["events", "events"]  # default and audit
+        assert (tmp_path / "events.png").read_bytes()[:4] == b"\x89PNG"
+        assert [c.command for c in admin.commands.read()] == [  # type: ignore[attr-defined]
+            "set", "unset", "stop-producers", "start-producers"]
+        assert namespace["queue"].settings().thresholds.resume_count == 600  # type: ignore[attr-defined]
+    finally:
+        for query in spark.streams.active:
+            query.stop()
+        if "listener" in namespace:
+            spark.streams.removeListener(namespace["listener"])  # type: ignore[arg-type]
+        spark.conf.unset("spark.flow.home")
