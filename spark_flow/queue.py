@@ -84,6 +84,7 @@ class Queue:
         self.history = HistoryTable(posixpath.join(properties[STATE_LOCATION], "history"), self.name,
                                     self.storage_options)
         self.overrides = OverrideTable(posixpath.join(properties[STATE_LOCATION], "overrides"), self.storage_options)
+        self._settings: tuple[tuple[dict[str, str], dict[str, str]], QueueSettings] | None = None
 
     def __repr__(self) -> str:
         return f"Queue({self.name!r}, path={self.path!r})"
@@ -103,8 +104,12 @@ class Queue:
 
     def settings(self) -> QueueSettings:
         """The queue settings in force, as every process judges the queue: run-time settings
-        (``set``, ``stop-producers``) over table properties over defaults."""
-        return queue_settings(self.name, self.properties(), self.overrides.settings())
+        (``set``, ``stop-producers``) over table properties over defaults; parsed again only
+        when one of them changed (a gate looks at them on every look at the queue)."""
+        recorded = (self.properties(), self.overrides.settings())
+        if self._settings is None or self._settings[0] != recorded:
+            self._settings = (recorded, queue_settings(self.name, *recorded))
+        return self._settings[1]
 
     def record_conf(self, conf: Mapping[str, Any]) -> QueueSettings:
         """Record the queue settings a process's Spark conf gives explicitly and the queue has

@@ -47,8 +47,8 @@ def test_commands_are_appended_in_order(home: str, capsys: pytest.CaptureFixture
 
 
 @pytest.mark.parametrize(("argv", "message"), [
-    (["set", "orders.eu", "stopCount=abc"], "flow.stopCount='abc' is not valid: allowed is a whole number"),
-    (["set", "orders.eu", "resumeCount=9"], "flow.resumeCount='9' is not valid: allowed is a value <= flow.stopCount=5"),
+    (["set", "orders.eu", "stopCount=abc"], "stopCount='abc' is not valid: allowed is a whole number"),
+    (["set", "orders.eu", "resumeCount=9"], "resumeCount='9' is not valid: allowed is a value <= flow.stopCount=5"),
     (["set", "orders.eu", "stopCount"], "KEY=VALUE='stopCount' is not valid"),
     (["set", "orders.eu", "stopCuont=3"], "Did you mean 'stopCount'"),
     (["stop-producers", "payments"], "queue 'payments' not found: no registered queue matches"),

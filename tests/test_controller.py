@@ -238,7 +238,8 @@ def test_a_producer_with_conf_thresholds_and_a_controller_without_share_one_flow
         wait_until(lambda: "flow.stopCount" in Queue(str(path)).properties(), 60)
     consumer = None
     try:
-        wait_until(lambda: is_held(producer), 90)
+        wait_until(lambda: queue.subscriptions.get("default").flow_stopped, 120)  # the producer's gate
+        wait_until(lambda: is_held(producer) and status_of(admin, "walk").get("flow_stopped") is True, 60)
         time.sleep(4)  # the controller looks at the held queue a dozen times
         status = status_of(admin, "walk")
         assert (status["stop_count"], status["resume_count"]) == (20, 10)
@@ -276,28 +277,27 @@ def test_stalled_subscription_is_flagged_and_skip_evicts_it(
 @pytest.mark.parametrize("gated", [True, False], ids=["gated-source", "held-sink"])
 def test_a_consumer_held_back_by_its_downstream_queue_is_never_stalled(
         spark: SparkSession, controlled: tuple[FlowAdmin, Path], gated: bool) -> None:
-    """A pipeline stage reads queue ``up`` (stall timeout 1 s, policy skip) and writes queue
-    ``down`` (stop 10), which nobody consumes: the stage is held back by ``down`` (its source
-    admits nothing, or its QueueSink holds its batch), so ``up``'s subscription makes no
-    progress for many stall timeouts. It is backpressured, not stalled: never flagged, and its
-    backlog is never skipped."""
+    """A pipeline stage reads queue ``up`` and writes queue ``down`` (stop 10), which nobody
+    consumes: the stage is held back by ``down`` (its source admits nothing, or its QueueSink
+    holds its batch). Then ``up`` gets a stall timeout of 1 s with policy skip, and its
+    subscription makes no progress for many stall timeouts. It is backpressured, not stalled:
+    never flagged, and its backlog is never skipped."""
     admin, base = controlled
-    name = f"up_{gated}".lower()
-    up = declare_registered(spark, admin, base / name, "id BIGINT, producer STRING", stallTimeout="1s",
-                            stalledConsumerPolicy="skip")
-    declare_registered(spark, admin, base / f"down_{gated}".lower(), "id BIGINT, producer STRING",
-                       stopCount=10, resumeCount=5)
-    down = str(base / f"down_{gated}".lower())
-    spark.range(0, 60).selectExpr("id", "'p' AS producer").write.format("delta").mode("append").save(str(base / name))
-    options = {"maxRecordsPerTrigger": 4 if gated else 8, **({"downstream": down} if gated else {})}
+    name, down = f"up_{gated}".lower(), str(base / f"down_{gated}".lower())
+    up = declare_registered(spark, admin, base / name)
+    declare_registered(spark, admin, Path(down), stopCount=10, resumeCount=5)
+    for first in range(0, 60, 10):
+        append_plain(spark, str(base / name), first, 10)
+    options = {"maxRecordsPerTrigger": 5, **({"downstream": down} if gated else {})}
     stage = (read_queue(spark, str(base / name), **options).drop("_position", "_enqueue_time").writeStream
-             .foreachBatch(QueueSink(down, options={"capacity": 8})).trigger(processingTime="200 milliseconds")
+             .foreachBatch(QueueSink(down, options={"capacity": 5})).trigger(processingTime="200 milliseconds")
              .option("checkpointLocation", str(base / f"stage_{gated}")).start())
     try:
-        wait_until(lambda: Queue(down).subscriptions.get("default").flow_stopped, 90)
-        wait_until(lambda: status_of(admin, name).get("depth_count", 60) < 60, 60)
+        wait_until(lambda: Queue(down).subscriptions.get("default").flow_stopped, 120)
+        admin.set(name, stallTimeout="1s", stalledConsumerPolicy="skip")
+        wait_until(lambda: up.settings().stall_timeout == 1.0, 60)
         held_at = up.subscriptions.get("default").position
-        time.sleep(5)
+        time.sleep(6)
         assert up.subscriptions.get("default").position == held_at, "the stage is held"
         status = status_of(admin, name)
         assert status["depth_count"] > 0 and status["consumer_stalled"] is False
