@@ -201,6 +201,12 @@ def setting_name(key: str, value: Any = None) -> str:
     raise UnknownKeyError(key, value, _closest(key, spellings))
 
 
+def is_setting(key: str) -> bool:
+    """Whether a table property or run-time key is a spark-flow setting (``flow.*``, ``qpid.*``,
+    a plain name), not a fact about the queue (``flow.queueName``) nor another system's."""
+    return key not in QUEUE_PROPERTIES and (key.startswith((PROPERTY_PREFIX, "qpid.", CONF_PREFIX)) or "." not in key)
+
+
 def pattern_matches(pattern: str, queue: str) -> bool:
     """Whether an ActiveMQ-style destination pattern matches a queue name.
 
@@ -293,10 +299,8 @@ def queue_settings(queue: str, *layers: Mapping[str, Any]) -> QueueSettings:
     origins: dict[str, str] = {name: "default" for name in QUEUE_KEYS}
     for layer in layers:
         for key, raw in layer.items():
-            if key in QUEUE_PROPERTIES or raw is None:
+            if raw is None or not is_setting(key):
                 continue
-            if "." in key and not key.startswith((PROPERTY_PREFIX, "qpid.", CONF_PREFIX)):
-                continue  # another system's property (delta.*, ...)
             name = setting_name(key, raw)
             if KEYS[name].scope != "queue":
                 raise ConfigurationError(key, raw, "a queue setting here: " + ", ".join(QUEUE_KEYS),

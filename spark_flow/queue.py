@@ -20,6 +20,7 @@ from spark_flow.config import (
     PROPERTY_PREFIX,
     QueueSettings,
     conf_settings,
+    is_setting,
     queue_settings,
     session_flow_conf,
     setting_name,
@@ -127,7 +128,7 @@ class Queue:
 
             table = DeltaTable(self.path, storage_options=self.storage_options or None)
             properties, runtime = table.metadata().configuration, self.overrides.settings()
-            recorded = {setting_name(k) for k in [*properties, *runtime] if _is_setting(k)}
+            recorded = {setting_name(k) for k in [*properties, *runtime] if is_setting(k)}
             missing = {name: entry for name, entry in given.items() if name not in recorded}
             if missing:
                 queue_settings(self.name, properties, dict(missing.values()), runtime)  # the whole must hold
@@ -258,10 +259,6 @@ def _plain(schema: pa.Schema) -> pa.Schema:
 _REPORTED: set[tuple[str, str, str]] = set()
 
 
-def _is_setting(key: str) -> bool:
-    return key not in (QUEUE_NAME, STATE_LOCATION) and (key.startswith(("flow.", "qpid.")) or "." not in key)
-
-
 def _report_difference(settings: QueueSettings, name: str, key: str, raw: Any) -> None:
     """Log, once per process, a conf value that is not applied because the queue records another."""
     if KEYS[name].parse(key, raw) == settings.values[name] or (settings.queue, key, str(raw)) in _REPORTED:
@@ -378,7 +375,7 @@ def declare(
         has, location = detail["properties"], normalize_path(detail["location"])
         state = has.get(STATE_LOCATION) or _state_location(state_location, conf, name, location)
         runtime = OverrideTable(posixpath.join(state, "overrides")).settings()
-        recorded = {setting_name(k) for k in [*has, *properties, *runtime] if _is_setting(k)}
+        recorded = {setting_name(k) for k in [*has, *properties, *runtime] if is_setting(k)}
         missing = {key: raw for key, raw in given.items() if setting_name(key) not in recorded}
         queue_settings(name, has, missing, properties, runtime)  # the whole as it will be, before any write
         properties.setdefault(QUEUE_NAME, has.get(QUEUE_NAME, name))

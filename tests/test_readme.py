@@ -97,7 +97,7 @@ def test_readme_walkthrough_as_written(tmp_path: Path) -> None:
     walk = Walkthrough(tmp_path)
     home, path = tmp_path / "home", tmp_path / "queues" / "events"
     jobs = [walk.start(controller, "--run-seconds", "600"),
-            walk.start(producer, "--run-seconds", "90")]
+            walk.start(producer, "--run-seconds", "150")]
     try:
         admin = FlowAdmin(str(home))
 
@@ -112,7 +112,7 @@ def test_readme_walkthrough_as_written(tmp_path: Path) -> None:
         assert (held["flow_stopped"], held["flow_stopped_count"], held["producers_held"]) == (True, 1, True)
         assert 500 < held["depth_count"] <= 700
 
-        drained = walk.run(consumer, "--run-seconds", "25")
+        drained = walk.run(consumer, "--run-seconds", "60")
         assert drained.returncode == 0, failure(drained)
         made = finish(jobs[1], 300)
         assert made.returncode == 0, failure(made)
