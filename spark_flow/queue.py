@@ -105,8 +105,9 @@ class Queue:
 
     def settings(self) -> QueueSettings:
         """The queue settings in force, as every process judges the queue: run-time settings
-        (``set``, ``stop-producers``) over table properties over defaults; parsed again only
-        when one of them changed (a gate looks at them on every look at the queue)."""
+        (``set``, ``stop-producers``) over table properties (as of the last :meth:`refresh`)
+        over defaults; parsed again only when one of them changed (a gate looks at them on
+        every look at the queue)."""
         recorded = (self.properties(), self.overrides.settings())
         if self._settings is None or self._settings[0] != recorded:
             self._settings = (recorded, queue_settings(self.name, *recorded))

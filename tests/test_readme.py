@@ -163,7 +163,9 @@ def test_readme_python_examples_as_written(spark: SparkSession, tmp_path: Path) 
         assert (tmp_path / "events.png").read_bytes()[:4] == b"\x89PNG"
         assert [c.command for c in admin.commands.read()] == [  # type: ignore[attr-defined]
             "set", "unset", "stop-producers", "start-producers"]
-        assert namespace["queue"].settings().thresholds.resume_count == 600  # type: ignore[attr-defined]
+        queue = namespace["queue"]
+        queue.refresh()  # type: ignore[attr-defined]
+        assert queue.settings().thresholds.resume_count == 600  # type: ignore[attr-defined]
     finally:
         for query in spark.streams.active:
             query.stop()
