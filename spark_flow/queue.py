@@ -107,6 +107,13 @@ class Queue:
 
         return _plain(pa.schema(self._table.schema().to_arrow()))
 
+    def spark_schema(self) -> StructType:
+        """The messages' schema as Spark types, exactly as the Delta log records it (variant,
+        nested nullability), for checking a batch before it is written."""
+        from pyspark.sql.types import StructType
+
+        return StructType.fromJson(json.loads(self._table.schema().to_json()))
+
     def depths(self, refresh: bool = True) -> dict[str, Depth]:
         """The depth of every subscription: messages after its ack position."""
         latest = self.refresh() if refresh else self._table.version()

@@ -34,7 +34,7 @@ from spark_flow.state import Thresholds
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
-    from pyspark.sql.types import StructType
+    from pyspark.sql.types import DataType, StructType
 
 log = logging.getLogger("spark_flow.sink")
 
@@ -99,13 +99,20 @@ def _fixed_width(kind: Any) -> int:
 
 
 def conform(batch: DataFrame, expected: StructType, queue: str) -> DataFrame:
-    """The batch's columns in the queue's order; raises before any write if they differ."""
+    """The batch's columns in the queue's order; raises before any write if they differ.
+
+    Types are compared as Delta's append compares them: nullability (of a column, an array's
+    elements, a map's values, a struct's fields) may differ, and a null-only (void) column takes
+    the queue column's type."""
+    from pyspark.sql.types import NullType
+
     have = {f.name: f.dataType for f in batch.schema.fields}
     want = {f.name: f.dataType for f in expected.fields}
     missing = [n for n in want if n not in have]
     extra = [n for n in have if n not in want]
     wrong = [f"{n} is {have[n].simpleString()}, queue has {want[n].simpleString()}"
-             for n in want if n in have and have[n] != want[n]]
+             for n in want if n in have and not isinstance(have[n], NullType)
+             and _nullable(have[n]) != _nullable(want[n])]
     if missing or extra or wrong:
         detail = "; ".join(
             part for part in (
@@ -115,9 +122,37 @@ def conform(batch: DataFrame, expected: StructType, queue: str) -> DataFrame:
             ) if part
         )
         raise SchemaMismatchError(queue, expected.simpleString(), batch.schema.simpleString(), detail)
-    if list(have) == list(want):
+    void = [n for n in want if isinstance(have[n], NullType)]
+    if list(have) == list(want) and not void:
         return batch
-    return batch.select(*[f"`{n}`" for n in want])
+    from pyspark.sql import functions as F
+
+    return batch.select(*[F.col(f"`{n}`").cast(want[n]).alias(n) if n in void else F.col(f"`{n}`") for n in want])
+
+
+def _nullable(kind: DataType) -> DataType:
+    """``kind`` with every nested field, element and value nullable."""
+    from pyspark.sql.types import ArrayType, MapType, StructField, StructType
+
+    if isinstance(kind, StructType):
+        return StructType([StructField(f.name, _nullable(f.dataType), True) for f in kind.fields])
+    if isinstance(kind, ArrayType):
+        return ArrayType(_nullable(kind.elementType), True)
+    if isinstance(kind, MapType):
+        return MapType(_nullable(kind.keyType), _nullable(kind.valueType), True)
+    return kind
+
+
+def _order_key(name: str, kind: DataType) -> Column:
+    """A column that orders rows by ``name``'s content: the column itself, or, for types Spark
+    cannot hash or sort (maps, variants, anything holding one), its JSON with microseconds."""
+    from pyspark.sql import functions as F
+
+    column = F.col(f"`{name}`")
+    if not any(word in kind.simpleString() for word in ("map<", "variant")):
+        return column
+    return F.to_json(column, {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX",
+                              "timestampNTZFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSS"})
 
 
 class QueueSink:
@@ -184,13 +219,11 @@ class QueueSink:
         """Every destination's schema and settings, before the first write: a batch routed to
         several queues is refused whole, never enqueued into some of them. Returns each part
         with its columns in its queue's order."""
-        from pyspark.sql.pandas.types import from_arrow_schema
-
         conformed = {}
         for dest, part in parts.items():
             queue = gates[dest].queue
             queue.refresh()
-            conformed[dest] = conform(part, from_arrow_schema(queue.schema()), queue.name)
+            conformed[dest] = conform(part, queue.spark_schema(), queue.name)
             queue.config(self.settings, conf)
         return conformed
 
@@ -263,10 +296,9 @@ class QueueSink:
         between chunks. One job sizes every chunk; one write per chunk."""
         from pyspark.sql import Window
         from pyspark.sql import functions as F
-        from pyspark.sql.types import MapType
 
-        orderable = [F.col(f"`{f.name}`") for f in rows.schema.fields if not isinstance(f.dataType, MapType)]
-        order = Window.orderBy(F.xxhash64(*[F.col(f"`{n}`") for n in rows.columns]), *orderable)
+        keys = [_order_key(f.name, f.dataType) for f in rows.schema.fields]
+        order = Window.orderBy(F.xxhash64(*keys), *keys)
         indexed = rows.withColumn(_ROW, F.row_number().over(order) - 1).persist()
         window = int(min(count - done, _allowed(status)))  # chunk size, fixed for this batch
         chunk_of = F.floor((F.col(_ROW) - done) / window)
