@@ -71,6 +71,7 @@ class FlowControlError(SparkFlowError):
         self.queue = queue
         self.depth = depth
         self.thresholds = thresholds
+        self.detail = detail
         super().__init__(
             f"queue {queue!r} refused the batch: {detail} (depth {depth.count} messages / {depth.size} bytes; "
             f"limits: stop {thresholds.stop_count} messages / {thresholds.stop_size} bytes, "

@@ -25,10 +25,16 @@ from functools import reduce
 from typing import TYPE_CHECKING, Any
 
 from spark_flow.config import check_options, resolve, session_flow_conf
-from spark_flow.exceptions import ConfigurationError, HoldInterruptedError, QueueFullError, SchemaMismatchError
+from spark_flow.exceptions import (
+    ConfigurationError,
+    FlowControlError,
+    HoldInterruptedError,
+    QueueFullError,
+    SchemaMismatchError,
+)
 from spark_flow.gate import Gate, GateStatus
 from spark_flow.ledger import METADATA_KEY, Depth
-from spark_flow.queue import open_queue, queue_location
+from spark_flow.queue import Queue, open_queue, queue_location
 from spark_flow.state import Thresholds
 
 if TYPE_CHECKING:
@@ -210,7 +216,9 @@ class QueueSink:
             gates = {dest: Gate(open_queue(self._location(spark, dest)), self.settings, conf) for dest in parts}
             self._held = dict.fromkeys((gate.queue.path for gate in gates.values()), 0.0)
             rows = self._check(parts, gates, conf)
-            enqueued = {dest: self._enqueue(part, gates[dest], app_id, batch_id, is_active)
+            measured = {dest: self._measured(part, gates[dest].queue, app_id, batch_id) for dest, part in rows.items()}
+            self._refuse_before_writing(gates, measured, is_active)
+            enqueued = {dest: self._enqueue(part, gates[dest], measured[dest], app_id, batch_id, is_active)
                         for dest, part in rows.items()}
         self._hold(batch_id, gates, enqueued, is_active)
 
@@ -247,29 +255,48 @@ class QueueSink:
                                       f"route column {self.route_column!r} is null in some rows")
         return {d: batch.filter(column == d).drop(self.route_column) for d in sorted(destinations)}
 
-    def _enqueue(self, rows: DataFrame, gate: Gate, app_id: str, batch_id: int,
+    def _measured(self, rows: DataFrame, queue: Queue, app_id: str, batch_id: int) -> tuple[int, int, int]:
+        """One queue's part of the batch: its messages, bytes, and how many of its messages
+        an earlier run of this batch wrote (a replay)."""
+        _size, totals = self._message_size(rows.schema)
+        count, total_size = _measure(rows, totals)
+        last = queue.transaction_version(app_id)
+        base = batch_id * TXN_SPAN
+        return count, total_size, last - base if last is not None and last >= base else 0
+
+    def _refuse_before_writing(self, gates: Mapping[str, Gate], measured: Mapping[str, tuple[int, int, int]],
+                               is_active: Callable[[], bool]) -> None:
+        """Refuse the batch before its first write if any destination refuses it (``reject``,
+        ``reject-after``, ``ring-strict``): a refused batch is in none of its queues."""
+        for dest, gate in gates.items():
+            count, total_size, done = measured[dest]
+            if done >= count:
+                continue
+            status = gate.observe()
+            if status.config.policy == "ring-strict":
+                _refuse_over_max(gate.queue.name, status, Depth(count, total_size))
+            if status.stopped and status.config.policy in ("reject", "reject-after"):
+                self._admit(gate, is_active)
+
+    def _enqueue(self, rows: DataFrame, gate: Gate, measured: tuple[int, int, int], app_id: str, batch_id: int,
                  is_active: Callable[[], bool]) -> Depth:
         """Write one queue's part of the batch (its columns conformed), in chunks when flow
         control asks for it.
 
         Returns the messages and bytes of the part (already enqueued ones included)."""
         queue = gate.queue
-        size, totals = self._message_size(rows.schema)
-        count, total_size = _measure(rows, totals)
+        size, _totals = self._message_size(rows.schema)
+        count, total_size, done = measured
         base = batch_id * TXN_SPAN
-        last = queue.transaction_version(app_id)
-        done = last - base if last is not None and last >= base else 0
         if done >= count:
             if count:
                 log.info("batch %d already enqueued into %r (replay); skipping its write", batch_id, queue.name)
             return Depth(count, total_size)
         status = gate.observe()
-        if status.config.policy == "ring-strict":
-            _refuse_over_max(queue.name, status, Depth(count, total_size))
         if status.config.policy != "flow" or done > 0 or status.config.producers_stopped:
             # reject policies refuse before writing; a replay, or a producer an operator stopped,
             # goes on only when there is room.
-            status = self._admit(gate, is_active)
+            status = self._admit_rest(gate, is_active, batch_id, done, count)
         if done == 0 and count <= _allowed(status):
             self._write(rows, queue.path, app_id, base + count, count, total_size, batch_id)
         else:
@@ -308,7 +335,7 @@ class QueueSink:
             for chunk_index in range(math.ceil((count - done) / window)):
                 lo, hi = done + chunk_index * window, min(count, done + (chunk_index + 1) * window)
                 if chunk_index:
-                    self._admit(gate, is_active)
+                    self._admit_rest(gate, is_active, batch_id, lo, count)
                 chunk = indexed.filter((F.col(_ROW) >= lo) & (F.col(_ROW) < hi)).drop(_ROW)
                 self._write(chunk, gate.queue.path, app_id, batch_id * TXN_SPAN + hi, hi - lo,
                             sizes[chunk_index], batch_id)
@@ -323,6 +350,19 @@ class QueueSink:
             raise HoldInterruptedError(f"query stopped while held by queue {gate.queue.name!r} in mid-batch; "
                                        "the rest of the batch is enqueued when the query restarts")
         return status
+
+    def _admit_rest(self, gate: Gate, is_active: Callable[[], bool], batch_id: int, written: int,
+                    count: int) -> GateStatus:
+        """:meth:`_admit` for the rest of a batch ``written`` of whose ``count`` messages are in:
+        a refusal says so, and that a restart writes the rest (the replay skips what is in)."""
+        try:
+            return self._admit(gate, is_active)
+        except FlowControlError as error:
+            if not written:
+                raise
+            raise type(error)(error.queue, error.depth, error.thresholds,
+                              f"{error.detail}; {written} of the {count} messages of batch {batch_id} are in queue "
+                              f"{error.queue!r}; a restart of the query writes the other {count - written}") from error
 
     @staticmethod
     def _write(rows: DataFrame, path: str, app_id: str, txn_version: int, count: int, size: int,

@@ -542,3 +542,41 @@ def test_schema_mismatch_inside_a_nested_type_names_the_real_difference(spark: S
     with pytest.raises(SchemaMismatchError, match=r"tags is map<string,bigint>, queue has map<string,string>"):
         QueueSink(path, app_id="p")(batch, 0)
     assert row_count(path) == 0
+
+
+# --- reject policies never leave part of a batch in ------------------------------------------
+
+
+@pytest.mark.parametrize("policy", ["reject", "reject-after"])
+def test_a_routed_batch_refused_by_one_queue_is_written_to_none(spark: SparkSession, tmp_path: Path,
+                                                                 policy: str) -> None:
+    """Rows for queues ``a`` (flow-OFF) and ``b`` (flow-stopped): every destination is looked at
+    before the first write, so the refusal by ``b`` leaves ``a`` untouched."""
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    declare(spark, a, SCHEMA)
+    declare(spark, b, SCHEMA, settings={"stopCount": 5, "resumeCount": 3})
+    fill_until_stopped(spark, b, 10, "reject")
+    before = latest_version(a)
+    batch = spark.createDataFrame([(i, f"m{i}", a if i % 2 else b) for i in range(6)], "id BIGINT, body STRING, dest STRING")
+    sink = QueueSink(route_column="dest", options={"policy": policy, "rejectTimeout": "200ms"}, app_id="p")
+    with pytest.raises(FlowControlError, match=r"queue 'b' refused the batch"):
+        sink(batch, 0)
+    assert latest_version(a) == before and row_count(a) == 0
+
+
+def test_reject_after_between_chunks_says_how_many_rows_are_in(spark: SparkSession, tmp_path: Path) -> None:
+    """Stop 9, capacity 10, 18 rows, reject-after 300 ms: the first chunk turns the queue ON and
+    the hold before the second times out. The error says 10 of the 18 rows are in and that a
+    restart writes the other 8; the replay after an acknowledgement does exactly that."""
+    path = str(tmp_path / "q")
+    queue = declare(spark, path, SCHEMA, settings={"stopCount": 9, "resumeCount": 5})
+    options = {"capacity": 10, "policy": "reject-after", "rejectTimeout": "300ms"}
+    df = messages(spark, range(18))
+    with pytest.raises(QueueFullTimeoutError,
+                       match=r"10 of the 18 messages of batch 3 are in queue 'q'; a restart of the query writes "
+                             r"the other 8"):
+        QueueSink(path, options=options, app_id="p")(df, 3)
+    assert row_count(path) == 10
+    queue.acknowledge("default", queue.refresh())
+    QueueSink(path, options=options, app_id="p")(df, 3)
+    assert_same_rows(table(spark, path), df)
