@@ -162,15 +162,16 @@ class Queue:
         """Drop subscription ``name``: it stops counting in the depth and holding producers."""
         self.subscriptions.drop(name)
 
-    def acknowledge(self, subscription: str, version: int) -> bool:
+    def acknowledge(self, subscription: str, version: int, reader: str | None = None) -> bool:
         """Acknowledge every message up to queue ``version`` for ``subscription`` (monotonic).
 
         A version the queue has not reached yet is refused: it would acknowledge messages that
-        were never delivered."""
+        were never delivered. ``reader``: the streaming query acknowledging (see
+        :meth:`SubscriptionTable.claim`)."""
         if version > self._table.version() and version > self.refresh():
             raise ConfigurationError("position", version, f"a queue version <= {self._table.version()}, "
                                                           f"the latest of queue {self.name!r}")
-        return self.subscriptions.acknowledge(subscription, version)
+        return self.subscriptions.acknowledge(subscription, version, reader=reader)
 
     def transaction_version(self, app_id: str) -> int | None:
         """The last ``txnVersion`` committed by ``app_id`` (as of the last refresh), or None."""
