@@ -170,9 +170,9 @@ class FlowQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             self._claimed = time.monotonic()
 
     def initialOffset(self) -> dict:
-        position = self._subscription().position
-        self._claim()
-        return self._offset(position)
+        # No claim here: Spark asks for it on a restart too, then starts from the checkpoint's
+        # offsets, whose reader id latestOffset adopts and claims.
+        return self._offset(self._subscription().position)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.settings.max_records is not None:
