@@ -78,7 +78,25 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run one command; errors print one line naming what was wrong and return 2."""
+    """Run one command; errors print one line naming what was wrong and return 2.
+
+    Run as the ``spark-flow`` script (no ``argv``), it ends the process itself with that
+    status (0 done, 2 refused) through :func:`~spark_flow.session.exit_process`: an interpreter
+    that used deltalake can abort at exit (delta-io/delta-rs#2184), which would turn either
+    status into 134, and scripts and schedulers read it.
+    """
+    if argv is not None:
+        return _main(argv)
+    from spark_flow.session import exit_process
+
+    try:
+        status = _main(None)
+    except SystemExit as done:  # --help, or a usage error argparse reported
+        status = done.code if isinstance(done.code, int) else 2
+    exit_process(status)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     try:

@@ -382,8 +382,9 @@ class ControllerSink:
         """Apply one command to one queue; an error is recorded, not raised (it was checked when
         issued). The queue's settings as they will be are checked whole before anything is
         written, so a command is applied whole or not at all."""
-        settings = command_settings(row["command"], json.loads(row["settings"] or "{}"))
-        detail = f"command {row['command_id']}: {row['command']} {json.dumps(settings) if settings else ''}".strip()
+        issued = json.loads(row["settings"] or "{}")
+        detail = f"command {row['command_id']}: {row['command']} {json.dumps(issued) if issued else ''}".strip()
+        settings = command_settings(row["command"], issued)
         try:
             if row["path"] is None:
                 raise LookupError(f"no registered queue matches {row['queue']!r}")

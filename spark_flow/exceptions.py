@@ -54,6 +54,23 @@ class SubscriptionNotFoundError(SparkFlowError, LookupError):
         )
 
 
+class SubscriptionInUseError(SparkFlowError):
+    """Thrown when a streaming query reads a subscription that another live query reads."""
+
+    def __init__(self, queue: str, subscription: str, reader: str, seen_seconds_ago: float,
+                 timeout: float | None) -> None:
+        self.queue = queue
+        self.subscription = subscription
+        self.reader = reader
+        super().__init__(
+            f"subscription {subscription!r} of queue {queue!r} is being read by another query (reader {reader!r}, "
+            f"the \"reader\" of that query's offsets, seen {seen_seconds_ago:.1f}s ago): allowed is one query per "
+            "subscription; stop the other query, or read another subscription (each gets every message)"
+            + (f". A reader not seen for readerTimeout={timeout:g}s is taken over" if timeout else
+               "; this query's reader was not seen for longer than readerTimeout and was taken over")
+        )
+
+
 class SchemaMismatchError(SparkFlowError, ValueError):
     """Thrown when a batch's or declared schema does not match the queue's, before anything is written."""
 
@@ -71,6 +88,7 @@ class FlowControlError(SparkFlowError):
         self.queue = queue
         self.depth = depth
         self.thresholds = thresholds
+        self.detail = detail
         super().__init__(
             f"queue {queue!r} refused the batch: {detail} (depth {depth.count} messages / {depth.size} bytes; "
             f"limits: stop {thresholds.stop_count} messages / {thresholds.stop_size} bytes, "

@@ -9,6 +9,7 @@ source workers; :func:`declare` uses Spark, because catalog tables and DDL live 
 
 from __future__ import annotations
 
+import json
 import logging
 import posixpath
 import threading
@@ -28,7 +29,7 @@ from spark_flow.config import (
 from spark_flow.exceptions import ConfigurationError, QueueNotFoundError, SchemaMismatchError, UnknownKeyError
 from spark_flow.history import HistoryTable
 from spark_flow.home import HOME_CONF, Registry
-from spark_flow.ledger import Depth, Ledger
+from spark_flow.ledger import METADATA_KEY, Depth, Ledger
 from spark_flow.overrides import OverrideTable
 from spark_flow.subscriptions import DEFAULT_SUBSCRIPTION, Subscription, SubscriptionTable, retry_commit
 
@@ -41,6 +42,8 @@ log = logging.getLogger("spark_flow.queue")
 
 QUEUE_NAME = "flow.queueName"
 STATE_LOCATION = "flow.stateLocation"
+#: The ``txnAppId`` of purge commits; its ``txnVersion`` is the queue version purged through.
+PURGE_APP_ID = "spark-flow/purge"
 
 Position = Literal["earliest", "latest"] | int
 
@@ -152,6 +155,13 @@ class Queue:
 
         return _plain(pa.schema(self._table.schema().to_arrow()))
 
+    def spark_schema(self) -> StructType:
+        """The messages' schema as Spark types, exactly as the Delta log records it (variant,
+        nested nullability), for checking a batch before it is written."""
+        from pyspark.sql.types import StructType
+
+        return StructType.fromJson(json.loads(self._table.schema().to_json()))
+
     def depths(self, refresh: bool = True) -> dict[str, Depth]:
         """The depth of every subscription: messages after its ack position."""
         latest = self.refresh() if refresh else self._table.version()
@@ -167,9 +177,11 @@ class Queue:
         return self.ledger.depth(self.subscriptions.get(subscription).position, latest)
 
     def earliest_position(self) -> int:
-        """The position before the oldest message any subscription still needs (-1: the start)."""
-        positions = [s.position for s in self.subscriptions.list()]
-        return min(positions) if positions else -1
+        """The position before the oldest message the queue still keeps: the last purge's floor
+        (recorded in its commit as a transaction of :data:`PURGE_APP_ID`), -1 if never purged."""
+        self.refresh()
+        floor = self._table.transaction_version(PURGE_APP_ID)
+        return -1 if floor is None else floor
 
     def create_subscription(self, name: str, position: Position = "earliest") -> Subscription:
         """Create subscription ``name`` (no-op if it exists) and return it.
@@ -185,6 +197,10 @@ class Queue:
             start = self.refresh()
         elif isinstance(position, int) and not isinstance(position, bool) and position >= -1:
             start = position
+            if start < self.earliest_position():
+                raise ConfigurationError("startingPosition", position,
+                                         f"a queue version >= {self.earliest_position()}: the messages up to it "
+                                         f"were purged from queue {self.name!r}")
         else:
             raise ConfigurationError("startingPosition", position, "earliest, latest, or a queue version >= -1")
         self.subscriptions.create(name, start)
@@ -194,15 +210,16 @@ class Queue:
         """Drop subscription ``name``: it stops counting in the depth and holding producers."""
         self.subscriptions.drop(name)
 
-    def acknowledge(self, subscription: str, version: int) -> bool:
+    def acknowledge(self, subscription: str, version: int, reader: str | None = None) -> bool:
         """Acknowledge every message up to queue ``version`` for ``subscription`` (monotonic).
 
         A version the queue has not reached yet is refused: it would acknowledge messages that
-        were never delivered."""
+        were never delivered. ``reader``: the streaming query acknowledging (see
+        :meth:`SubscriptionTable.claim`)."""
         if version > self._table.version() and version > self.refresh():
             raise ConfigurationError("position", version, f"a queue version <= {self._table.version()}, "
                                                           f"the latest of queue {self.name!r}")
-        return self.subscriptions.acknowledge(subscription, version)
+        return self.subscriptions.acknowledge(subscription, version, reader=reader)
 
     def transaction_version(self, app_id: str) -> int | None:
         """The last ``txnVersion`` committed by ``app_id`` (as of the last refresh), or None."""
@@ -228,6 +245,42 @@ class Queue:
                 self.subscriptions.acknowledge(sub.name, position, discarded=dropped)
                 discarded[sub.name] = dropped
         return discarded
+
+    def purge(self) -> int:
+        """Remove the files of the commits every subscription has acknowledged; return the
+        messages they held. See :func:`purge_acknowledged`."""
+        from deltalake.transaction import CommitProperties, Transaction
+
+        positions = [s.position for s in self.subscriptions.list()]
+        self.refresh()
+        floor = min(positions, default=-1)
+        if floor <= self.earliest_position():
+            return 0
+        removes, count = self._files_through(floor)
+        if not removes:
+            return 0
+        metadata = json.dumps({METADATA_KEY: {"count": 0, "size": 0, "purgedThrough": floor}})
+        properties = CommitProperties(custom_metadata={"userMetadata": metadata},
+                                      app_transactions=[Transaction(PURGE_APP_ID, floor)])
+        self._table.create_write_transaction(removes, "append", self._table.schema(), commit_properties=properties)
+        return count
+
+    def _files_through(self, floor: int) -> tuple[list[Any], int]:
+        """``dataChange=false`` removes of the live files that commits up to ``floor`` added
+        (a queue only appends, so they are the live files of version ``floor``), and their rows."""
+        import time
+
+        import pyarrow as pa
+        from deltalake import DeltaTable
+        from deltalake.transaction import RemoveAction
+
+        live = {row["path"]: row for row in pa.table(self._table.get_add_actions(flatten=True)).to_pylist()}
+        then = DeltaTable(self.path, version=floor, storage_options=self.storage_options or None)
+        paths = [p for p in pa.table(then.get_add_actions(flatten=True)).column("path").to_pylist() if p in live]
+        now = int(time.time() * 1000)
+        removes = [RemoveAction(p, data_change=False, deletion_timestamp=now, size=live[p]["size_bytes"])
+                   for p in paths]
+        return removes, sum(int(live[p]["num_records"] or 0) for p in paths)
 
     def read(self, after: int, upto: int) -> pa.Table:
         """The messages enqueued by versions ``after < v <= upto``, with ``_position`` and
@@ -451,42 +504,14 @@ def queue_location(spark: SparkSession, queue: str) -> str:
 def purge_acknowledged(spark: SparkSession, queue: str) -> int:
     """Delete the messages every subscription has acknowledged; return how many.
 
-    The queue table is rewritten with only the unacknowledged messages (read from its change
-    feed after the lowest subscription position) as a ``dataChange=false`` commit: streaming and
-    change-feed readers skip it, and it counts no messages in the depth. A producer appending
-    while the rewrite runs is not lost: if the rewrite read an older version than it replaced,
-    the messages committed in between are put back (again without a data change). The files
-    removed stay on storage until ``VACUUM``.
+    A queue only appends, each commit in files of its own, and the ``flowqueue`` source reads a
+    commit's messages from those files (the change feed). So a purge removes exactly the files
+    the commits up to the lowest ack position added, in one ``dataChange=false`` commit of
+    removes only: the change feed and streaming readers skip it, it counts nothing in the depth,
+    and the files of every commit a subscription still needs stay in the table, so ``VACUUM``
+    (which deletes the removed files) never takes a message that is still to be read. The floor
+    is recorded as the commit's transaction (``txnAppId`` :data:`PURGE_APP_ID`): where
+    ``earliest`` starts. A producer appending meanwhile is not in conflict with it.
     """
-    import json
-
-    location = queue_location(spark, queue)
-    handle = open_queue(location)
-    latest = handle.refresh()
-    positions = [s.position for s in handle.subscriptions.list()]
-    if not positions:
-        return 0
-    floor = min(positions)
-    before = spark.read.format("delta").option("versionAsOf", latest).load(location).count()
-    keep = _inserts(spark, location, floor, latest)
-    kept = keep.count()
-    if kept == before:
-        return 0
-    metadata = json.dumps({"spark.flow": {"count": 0, "size": 0, "purgedThrough": floor}})
-    (keep.write.format("delta").mode("overwrite").option("dataChange", "false")
-     .option("userMetadata", metadata).save(location))
-    handle.refresh()
-    read_version = int(handle._table.history(1)[0].get("readVersion", latest))
-    if read_version > latest:
-        (_inserts(spark, location, latest, read_version).write.format("delta").mode("append")
-         .option("dataChange", "false").option("userMetadata", metadata).save(location))
-    return before - kept
-
-
-def _inserts(spark: SparkSession, location: str, after: int, upto: int) -> Any:
-    """The rows appended by versions ``after < v <= upto``, from the change feed."""
-    if upto <= after:
-        return spark.read.format("delta").load(location).limit(0)
-    return (spark.read.format("delta").option("readChangeFeed", "true")
-            .option("startingVersion", after + 1).option("endingVersion", upto).load(location)
-            .where("_change_type = 'insert'").drop("_change_type", "_commit_version", "_commit_timestamp"))
+    handle = open_queue(queue_location(spark, queue))
+    return retry_commit(handle.purge)

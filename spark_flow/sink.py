@@ -27,7 +27,13 @@ from functools import reduce
 from typing import TYPE_CHECKING, Any
 
 from spark_flow.config import ProducerSettings, producer_settings, session_flow_conf, split_options
-from spark_flow.exceptions import ConfigurationError, HoldInterruptedError, QueueFullError, SchemaMismatchError
+from spark_flow.exceptions import (
+    ConfigurationError,
+    FlowControlError,
+    HoldInterruptedError,
+    QueueFullError,
+    SchemaMismatchError,
+)
 from spark_flow.gate import Gate, GateStatus
 from spark_flow.ledger import METADATA_KEY, Depth
 from spark_flow.queue import Queue, open_queue, queue_location
@@ -37,7 +43,7 @@ from spark_flow.state import Thresholds
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
-    from pyspark.sql.types import StructType
+    from pyspark.sql.types import DataType, StructType
 
 log = logging.getLogger("spark_flow.sink")
 
@@ -103,13 +109,20 @@ def _fixed_width(kind: Any) -> int:
 
 
 def conform(batch: DataFrame, expected: StructType, queue: str) -> DataFrame:
-    """The batch's columns in the queue's order; raises before any write if they differ."""
+    """The batch's columns in the queue's order; raises before any write if they differ.
+
+    Types are compared as Delta's append compares them: nullability (of a column, an array's
+    elements, a map's values, a struct's fields) may differ, and a null-only (void) column takes
+    the queue column's type."""
+    from pyspark.sql.types import NullType
+
     have = {f.name: f.dataType for f in batch.schema.fields}
     want = {f.name: f.dataType for f in expected.fields}
     missing = [n for n in want if n not in have]
     extra = [n for n in have if n not in want]
     wrong = [f"{n} is {have[n].simpleString()}, queue has {want[n].simpleString()}"
-             for n in want if n in have and have[n] != want[n]]
+             for n in want if n in have and not isinstance(have[n], NullType)
+             and _nullable(have[n]) != _nullable(want[n])]
     if missing or extra or wrong:
         detail = "; ".join(
             part for part in (
@@ -119,9 +132,37 @@ def conform(batch: DataFrame, expected: StructType, queue: str) -> DataFrame:
             ) if part
         )
         raise SchemaMismatchError(queue, expected.simpleString(), batch.schema.simpleString(), detail)
-    if list(have) == list(want):
+    void = [n for n in want if isinstance(have[n], NullType)]
+    if list(have) == list(want) and not void:
         return batch
-    return batch.select(*[f"`{n}`" for n in want])
+    from pyspark.sql import functions as F
+
+    return batch.select(*[F.col(f"`{n}`").cast(want[n]).alias(n) if n in void else F.col(f"`{n}`") for n in want])
+
+
+def _nullable(kind: DataType) -> DataType:
+    """``kind`` with every nested field, element and value nullable."""
+    from pyspark.sql.types import ArrayType, MapType, StructField, StructType
+
+    if isinstance(kind, StructType):
+        return StructType([StructField(f.name, _nullable(f.dataType), True) for f in kind.fields])
+    if isinstance(kind, ArrayType):
+        return ArrayType(_nullable(kind.elementType), True)
+    if isinstance(kind, MapType):
+        return MapType(_nullable(kind.keyType), _nullable(kind.valueType), True)
+    return kind
+
+
+def _order_key(name: str, kind: DataType) -> Column:
+    """A column that orders rows by ``name``'s content: the column itself, or, for types Spark
+    cannot hash or sort (maps, variants, anything holding one), its JSON with microseconds."""
+    from pyspark.sql import functions as F
+
+    column = F.col(f"`{name}`")
+    if not any(word in kind.simpleString() for word in ("map<", "variant")):
+        return column
+    return F.to_json(column, {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX",
+                              "timestampNTZFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSS"})
 
 
 class QueueSink:
@@ -185,7 +226,9 @@ class QueueSink:
             self._record_downstream(query_id, gates)
             self._held = dict.fromkeys((gate.queue.path for gate in gates.values()), 0.0)
             rows = self._check(parts, gates)
-            enqueued = {dest: self._enqueue(part, gates[dest], app_id, batch_id, is_active)
+            measured = {dest: self._measured(part, gates[dest].queue, app_id, batch_id) for dest, part in rows.items()}
+            self._refuse_before_writing(gates, measured, is_active)
+            enqueued = {dest: self._enqueue(part, gates[dest], measured[dest], app_id, batch_id, is_active)
                         for dest, part in rows.items()}
         self._hold(batch_id, gates, enqueued, is_active)
 
@@ -221,13 +264,11 @@ class QueueSink:
         """Every destination's schema and settings, before the first write: a batch routed to
         several queues is refused whole, never enqueued into some of them. Returns each part
         with its columns in its queue's order."""
-        from pyspark.sql.pandas.types import from_arrow_schema
-
         conformed = {}
         for dest, part in parts.items():
             queue = gates[dest].queue
             queue.refresh()
-            conformed[dest] = conform(part, from_arrow_schema(queue.schema()), queue.name)
+            conformed[dest] = conform(part, queue.spark_schema(), queue.name)
             queue.settings()
         return conformed
 
@@ -246,29 +287,48 @@ class QueueSink:
                                       f"route column {self.route_column!r} is null in some rows")
         return {d: batch.filter(column == d).drop(self.route_column) for d in sorted(destinations)}
 
-    def _enqueue(self, rows: DataFrame, gate: Gate, app_id: str, batch_id: int,
+    def _measured(self, rows: DataFrame, queue: Queue, app_id: str, batch_id: int) -> tuple[int, int, int]:
+        """One queue's part of the batch: its messages, bytes, and how many of its messages
+        an earlier run of this batch wrote (a replay)."""
+        _size, totals = self._message_size(rows.schema)
+        count, total_size = _measure(rows, totals)
+        last = queue.transaction_version(app_id)
+        base = batch_id * TXN_SPAN
+        return count, total_size, last - base if last is not None and last >= base else 0
+
+    def _refuse_before_writing(self, gates: Mapping[str, Gate], measured: Mapping[str, tuple[int, int, int]],
+                               is_active: Callable[[], bool]) -> None:
+        """Refuse the batch before its first write if any destination refuses it (``reject``,
+        ``reject-after``, ``ring-strict``): a refused batch is in none of its queues."""
+        for dest, gate in gates.items():
+            count, total_size, done = measured[dest]
+            if done >= count:
+                continue
+            status = gate.observe()
+            if status.settings.policy == "ring-strict":
+                _refuse_over_max(gate.queue.name, status, Depth(count, total_size))
+            if status.stopped and gate.producer.on_full != "hold":
+                self._admit(gate, is_active)
+
+    def _enqueue(self, rows: DataFrame, gate: Gate, measured: tuple[int, int, int], app_id: str, batch_id: int,
                  is_active: Callable[[], bool]) -> Depth:
         """Write one queue's part of the batch (its columns conformed), in chunks when flow
         control asks for it.
 
         Returns the messages and bytes of the part (already enqueued ones included)."""
         queue = gate.queue
-        size, totals = self._message_size(rows.schema)
-        count, total_size = _measure(rows, totals)
+        size, _totals = self._message_size(rows.schema)
+        count, total_size, done = measured
         base = batch_id * TXN_SPAN
-        last = queue.transaction_version(app_id)
-        done = last - base if last is not None and last >= base else 0
         if done >= count:
             if count:
                 log.info("batch %d already enqueued into %r (replay); skipping its write", batch_id, queue.name)
             return Depth(count, total_size)
         status = gate.observe()
-        if status.settings.policy == "ring-strict":
-            _refuse_over_max(queue.name, status, Depth(count, total_size))
         if gate.producer.on_full != "hold" or done > 0 or status.settings.producers_stopped:
             # reject producers refuse before writing; a replay, or a producer an operator stopped,
             # goes on only when there is room.
-            status = self._admit(gate, is_active)
+            status = self._admit_rest(gate, is_active, batch_id, done, count)
         if done == 0 and count <= _allowed(status, gate.producer):
             self._write(rows, queue, app_id, base + count, count, total_size, batch_id)
         else:
@@ -295,10 +355,9 @@ class QueueSink:
         between chunks. One job sizes every chunk; one write per chunk."""
         from pyspark.sql import Window
         from pyspark.sql import functions as F
-        from pyspark.sql.types import MapType
 
-        orderable = [F.col(f"`{f.name}`") for f in rows.schema.fields if not isinstance(f.dataType, MapType)]
-        order = Window.orderBy(F.xxhash64(*[F.col(f"`{n}`") for n in rows.columns]), *orderable)
+        keys = [_order_key(f.name, f.dataType) for f in rows.schema.fields]
+        order = Window.orderBy(F.xxhash64(*keys), *keys)
         indexed = rows.withColumn(_ROW, F.row_number().over(order) - 1).persist()
         window = int(min(count - done, _allowed(status, gate.producer)))  # chunk size, fixed for this batch
         chunk_of = F.floor((F.col(_ROW) - done) / window)
@@ -308,7 +367,7 @@ class QueueSink:
             for chunk_index in range(math.ceil((count - done) / window)):
                 lo, hi = done + chunk_index * window, min(count, done + (chunk_index + 1) * window)
                 if chunk_index:
-                    self._admit(gate, is_active)
+                    self._admit_rest(gate, is_active, batch_id, lo, count)
                 chunk = indexed.filter((F.col(_ROW) >= lo) & (F.col(_ROW) < hi)).drop(_ROW)
                 self._write(chunk, gate.queue, app_id, batch_id * TXN_SPAN + hi, hi - lo,
                             sizes[chunk_index], batch_id)
@@ -323,6 +382,19 @@ class QueueSink:
             raise HoldInterruptedError(f"query stopped while held by queue {gate.queue.name!r} in mid-batch; "
                                        "the rest of the batch is enqueued when the query restarts")
         return status
+
+    def _admit_rest(self, gate: Gate, is_active: Callable[[], bool], batch_id: int, written: int,
+                    count: int) -> GateStatus:
+        """:meth:`_admit` for the rest of a batch ``written`` of whose ``count`` messages are in:
+        a refusal says so, and that a restart writes the rest (the replay skips what is in)."""
+        try:
+            return self._admit(gate, is_active)
+        except FlowControlError as error:
+            if not written:
+                raise
+            raise type(error)(error.queue, error.depth, error.thresholds,
+                              f"{error.detail}; {written} of the {count} messages of batch {batch_id} are in queue "
+                              f"{error.queue!r}; a restart of the query writes the other {count - written}") from error
 
     @staticmethod
     def _write(rows: DataFrame, queue: Queue, app_id: str, txn_version: int, count: int, size: int,

@@ -8,6 +8,14 @@ commits a batch to its source only when the next batch starts, and when ``latest
 called with ``start``, every batch up to ``start`` is complete (SPARK-NOTES 4). Without that,
 the last batch would stay unacknowledged and a held producer would wait forever.
 
+One live query reads a subscription: it claims the subscription under a reader id carried in
+its offsets (so a restart from its checkpoint is the same reader), renews the claim while it
+runs and acknowledges only while it holds it. A second query is refused with
+:class:`SubscriptionInUseError` while the first is alive; a reader whose process has ended (a
+stopped or crashed query on the same host) or that was not seen for ``readerTimeout`` is taken
+over. Competing consumers on one subscription would need a record of which
+messages each query took; separate subscriptions already give each query every message.
+
 Every method runs in Python worker processes without a SparkSession; the log and data files are
 read with ``deltalake``.
 """
@@ -16,6 +24,9 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
+import time
+import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -28,7 +39,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from spark_flow.config import parse_count, split_options
+from spark_flow.config import parse_count, parse_duration, split_options
 from spark_flow.exceptions import ConfigurationError
 from spark_flow.gate import Gate
 from spark_flow.queue import open_queue
@@ -39,7 +50,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
-SOURCE_OPTIONS = ("queue", "subscription", "maxRecordsPerTrigger", "startingPosition", "maxPartitions", "downstream")
+SOURCE_OPTIONS = ("queue", "subscription", "maxRecordsPerTrigger", "startingPosition", "maxPartitions", "downstream",
+                  "readerTimeout")
 STARTING_POSITIONS = ("earliest", "latest")
 
 
@@ -53,6 +65,7 @@ class SourceOptions:
     starting_position: str | None = None
     max_partitions: int = 4
     downstream: tuple[str, ...] = ()
+    reader_timeout: float = 30.0
     flow_conf: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -75,6 +88,7 @@ class SourceOptions:
             starting_position=position.strip().lower() if position else None,
             max_partitions=parse_count("maxPartitions", own.get("maxPartitions", 4), minimum=1),
             downstream=tuple(p.strip() for p in own.get("downstream", "").split(",") if p.strip()),
+            reader_timeout=parse_duration("readerTimeout", own.get("readerTimeout", "30s"), minimum=1.0),
             flow_conf=conf,
         )
 
@@ -113,6 +127,8 @@ class FlowQueueDataSource(DataSource):
     downstream : comma-separated paths of queues this stage writes to. While any of them is
         flow-stopped, no new messages are admitted: backpressure travels up a chain of queues
         without holding a thread.
+    readerTimeout : a query reading the subscription that has not been seen for this long
+        (default 30s) is taken to be gone, and another query may read it.
     """
 
     def __init__(self, options: dict[str, str]) -> None:
@@ -143,6 +159,8 @@ class FlowQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self.settings = settings
         self._target: int | None = None
         self._recorded = False  # the conf's settings of the downstream queues
+        self._reader = uuid.uuid4().hex  # a restart adopts the one in its checkpoint's offsets
+        self._claimed = -math.inf  # when the claim was last renewed (time.monotonic)
 
     @property
     def _queue(self) -> Any:
@@ -155,9 +173,18 @@ class FlowQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return queue.subscriptions.get(name)
 
     def _offset(self, version: int) -> dict:
-        return {"version": version, "queue": self.settings.queue, "subscription": self.settings.subscription}
+        return {"version": version, "queue": self.settings.queue, "subscription": self.settings.subscription,
+                "reader": self._reader}
+
+    def _claim(self) -> None:
+        """Hold the subscription for this query, renewed a few times per ``readerTimeout``."""
+        if time.monotonic() - self._claimed > self.settings.reader_timeout / 3:
+            self._queue.subscriptions.claim(self.settings.subscription, self._reader, self.settings.reader_timeout)
+            self._claimed = time.monotonic()
 
     def initialOffset(self) -> dict:
+        # No claim here: Spark asks for it on a restart too, then starts from the checkpoint's
+        # offsets, whose reader id latestOffset adopts and claims.
         return self._offset(self._subscription().position)
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -170,9 +197,11 @@ class FlowQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         queue, name = self._queue, self.settings.subscription
+        self._reader = start.get("reader", self._reader)
+        self._claim()
         position = queue.subscriptions.get(name).position  # ahead of start when a ring discarded
         if start["version"] > position:  # every batch up to start is complete (SPARK-NOTES 4)
-            queue.acknowledge(name, start["version"])
+            queue.acknowledge(name, start["version"], reader=self._reader)
         latest = queue.refresh()
         if self._target is not None:
             latest = min(latest, self._target)
@@ -218,7 +247,8 @@ class FlowQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         yield from open_queue(partition.path).read(partition.after, partition.upto).to_batches()
 
     def commit(self, end: dict) -> None:
-        self._queue.acknowledge(self.settings.subscription, end["version"])
+        self._queue.acknowledge(self.settings.subscription, end["version"], reader=end.get("reader", self._reader))
+
 
 
 def read_queue(spark: SparkSession, queue: str, subscription: str = DEFAULT_SUBSCRIPTION,

@@ -9,13 +9,15 @@ replayed or raced update harmless, and a conflicting commit is retried.
 
 from __future__ import annotations
 
+import os
+import socket
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from spark_flow.exceptions import SubscriptionNotFoundError
+from spark_flow.exceptions import SubscriptionInUseError, SubscriptionNotFoundError
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -43,6 +45,9 @@ class Subscription:
     created_at: datetime | None = None
     updated_at: datetime | None = None
     downstream: tuple[str, ...] = ()
+    reader: str | None = None
+    reader_seen: datetime | None = None
+    reader_process: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.downstream, str) or self.downstream is None:  # as the table keeps it
@@ -64,6 +69,9 @@ def _schema() -> pa.Schema:
             pa.field("created_at", ts),
             pa.field("updated_at", ts),
             pa.field("downstream", pa.string()),
+            pa.field("reader", pa.string()),
+            pa.field("reader_seen", ts),
+            pa.field("reader_process", pa.string()),
         ]
     )
 
@@ -78,6 +86,31 @@ def retry_commit(action: Callable[[], T]) -> T:
         except CommitFailedError:
             time.sleep(min(0.01 * 2**attempt, 0.5))
     return action()
+
+
+_PROCESS = f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _gone(sub: Subscription, timeout: float) -> bool:
+    """Whether ``sub``'s reader is gone: not seen for ``timeout`` seconds, or its process on
+    this host has ended."""
+    if _age(sub.reader_seen) > timeout:
+        return True
+    host, _, pid = (sub.reader_process or "").rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+def _age(seen: datetime | None) -> float:
+    """Seconds since ``seen``."""
+    return (datetime.now(UTC) - seen).total_seconds() if seen is not None else float("inf")
 
 
 class SubscriptionTable:
@@ -136,27 +169,36 @@ class SubscriptionTable:
         """Create a subscription acknowledged up to ``position``; False if it already existed."""
         now = datetime.now(UTC)
         row = {"name": name, "position": position, "flow_stopped": False, "flow_stopped_count": 0,
-               "last_transition": None, "discarded_count": 0, "created_at": now, "updated_at": now,
-               "downstream": None}
-        return self._merge(row, lambda m: m.when_not_matched_insert_all())["num_target_rows_inserted"] > 0
+               "last_transition": None, "discarded_count": 0, "created_at": now, "updated_at": now}
+        inserted = self._merge(row, lambda m: m.when_not_matched_insert(
+            {key: f"s.{key}" for key in row}
+            | {"downstream": "NULL", "reader": "NULL", "reader_seen": "NULL", "reader_process": "NULL"}))
+        return inserted["num_target_rows_inserted"] > 0
 
     def drop(self, name: str) -> None:
         """Drop a subscription: it no longer counts in the queue's depth."""
         self.get(name)
         retry_commit(lambda: self._open().delete(f"name = '{name.replace(chr(39), chr(39) * 2)}'"))
 
-    def acknowledge(self, name: str, position: int, discarded: int = 0) -> bool:
+    def acknowledge(self, name: str, position: int, discarded: int = 0, reader: str | None = None) -> bool:
         """Move ``name`` forward to ``position``, never backward; True if it moved.
 
-        ``discarded`` counts messages skipped without delivery (ring queues).
+        ``discarded`` counts messages skipped without delivery (ring queues). A ``reader`` (a
+        streaming query, see :meth:`claim`) acknowledges only while it holds the subscription:
+        a reader another took over raises instead of moving a position it no longer owns.
         """
         row = {"name": name, "position": position, "discarded": discarded, "now": datetime.now(UTC)}
-        metrics = self._merge(row, lambda m: m.when_matched_update(
-            {"position": "s.position", "updated_at": "s.now", "discarded_count": "t.discarded_count + s.discarded"},
-            predicate="s.position > t.position",
-        ))
+        update = {"position": "s.position", "updated_at": "s.now", "discarded_count": "t.discarded_count + s.discarded"}
+        predicate = "s.position > t.position"
+        if reader is not None:
+            row["reader"] = reader
+            update |= {"reader": "s.reader", "reader_seen": "s.now"}
+            predicate += " AND (t.reader IS NULL OR t.reader = s.reader)"
+        metrics = self._merge(row, lambda m: m.when_matched_update(update, predicate=predicate))
         if metrics["num_target_rows_updated"] == 0:
-            self.get(name)  # raises for an unknown subscription
+            sub = self.get(name)  # raises for an unknown subscription
+            if reader is not None and sub.reader not in (None, reader):
+                raise SubscriptionInUseError(self.queue, name, sub.reader, _age(sub.reader_seen), None)
         return metrics["num_target_rows_updated"] > 0
 
     def add_downstream(self, name: str, paths: tuple[str, ...] | list[str]) -> None:
@@ -170,6 +212,26 @@ class SubscriptionTable:
             row = {"name": name, "downstream": ",".join(wanted), "was": ",".join(sub.downstream)}
             metrics = self._merge(row, lambda m: m.when_matched_update(
                 {"downstream": "s.downstream"}, predicate="coalesce(t.downstream, '') = s.was"))
+            if metrics["num_target_rows_updated"]:
+                return
+
+    def claim(self, name: str, reader: str, timeout: float) -> None:
+        """Record ``reader`` (a streaming query) as the one reading ``name``, seen now.
+
+        Refused while another reader holds it that is alive: seen within ``timeout`` seconds,
+        and, on this host, its process still running (Spark ends a stopped query's source
+        process without a word to it, so that is how a stopped query lets go at once). Two
+        queries acknowledging one subscription would each skip what the other read. The
+        takeover is a compare-and-set on the holder read, so two claimants cannot both win."""
+        while True:
+            sub = self.get(name)
+            if sub.reader not in (None, reader) and not _gone(sub, timeout):
+                raise SubscriptionInUseError(self.queue, name, sub.reader, _age(sub.reader_seen), timeout)
+            row = {"name": name, "reader": reader, "process": _PROCESS, "now": datetime.now(UTC),
+                   "was": sub.reader or ""}
+            metrics = self._merge(row, lambda m: m.when_matched_update(
+                {"reader": "s.reader", "reader_seen": "s.now", "reader_process": "s.process"},
+                predicate="coalesce(t.reader, '') = s.was"))
             if metrics["num_target_rows_updated"]:
                 return
 

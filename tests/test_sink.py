@@ -516,3 +516,97 @@ def test_stop_9_resume_5_message_by_message(spark: SparkSession, tmp_path: Path)
         assert status.stopped == (10 - acked >= 5), f"depth {10 - acked}"
     sub = queue.subscriptions.get("default")
     assert (sub.flow_stopped, sub.flow_stopped_count) == (False, 1)
+
+
+# --- every column type ----------------------------------------------------------------------
+
+EVERY_TYPE = ("id BIGINT, tags MAP<STRING, STRING>, items ARRAY<STRUCT<a: INT, b: STRING>>, v VARIANT, "
+              "bin BINARY, amount DECIMAL(38, 0), ts TIMESTAMP_NTZ, note STRING")
+
+
+def every_type_batch(spark: SparkSession, rows: int) -> DataFrame:
+    """``rows`` messages with every kind of column, built by SQL functions as a user would:
+    ``map()`` and ``array()`` give non-null values (a stricter type than the queue's), ``note``
+    is a null-only (void) column."""
+    return spark.sql(f"""
+        SELECT id, map('k', concat('t', id % 3)) AS tags,
+               array(named_struct('a', CAST(id AS INT), 'b', 'x')) AS items,
+               parse_json(concat('{{"n": ', id, '}}')) AS v, CAST(concat('b', id) AS BINARY) AS bin,
+               CAST(id AS DECIMAL(38, 0)) * 1000000000000000000000 AS amount,
+               CAST('2026-11-22 12:00:00.123456' AS TIMESTAMP_NTZ) AS ts, NULL AS note
+        FROM range({rows})""")
+
+
+def as_text(df: DataFrame) -> list[tuple]:
+    """Rows as comparable text (variant and map columns have no equality)."""
+    return sorted(df.selectExpr("id", "to_json(tags)", "to_json(items)", "to_json(v)", "hex(bin)",
+                                "CAST(amount AS STRING)", "CAST(ts AS STRING)", "note").collect())
+
+
+@pytest.mark.parametrize("capacity", [None, 10], ids=["whole", "chunked"])
+def test_every_column_type_delta_takes_is_enqueued(spark: SparkSession, tmp_path: Path, capacity: int | None) -> None:
+    """Map, array of struct, variant, binary, decimal(38), timestamp_ntz and a null-only column,
+    25 rows, in one commit or in chunks of 10. Chunked, with stop 9 and onFull reject, each call
+    writes one chunk and is refused; replayed in other row orders after an acknowledgement, the
+    chunks are cut the same way (content-determined), so every row is in once."""
+    path = str(tmp_path / "q")
+    settings = {"stopCount": 9, "resumeCount": 5} if capacity else None
+    queue = declare(spark, path, EVERY_TYPE, settings=settings)
+    batch = every_type_batch(spark, 25)
+    options = {"capacity": capacity, "onFull": "reject"} if capacity else {}
+    for replay in range(3 if capacity else 1):
+        try:
+            QueueSink(path, options=options, app_id="p")(batch.orderBy(F.desc("id") if replay % 2 else "id"), 0)
+        except QueueFullError:
+            queue.acknowledge("default", queue.refresh())
+    assert [count for _v, count, _s in sink_commits(path)] == ([10, 10, 5] if capacity else [25])
+    QueueSink(path, options=options, app_id="p")(batch.repartition(3), 0)
+    assert as_text(table(spark, path)) == as_text(batch)
+
+
+def test_schema_mismatch_inside_a_nested_type_names_the_real_difference(spark: SparkSession,
+                                                                      tmp_path: Path) -> None:
+    path = str(tmp_path / "q")
+    declare(spark, path, "id BIGINT, tags MAP<STRING, STRING>")
+    batch = spark.sql("SELECT id, map('k', id) AS tags FROM range(2)")
+    with pytest.raises(SchemaMismatchError, match=r"tags is map<string,bigint>, queue has map<string,string>"):
+        QueueSink(path, app_id="p")(batch, 0)
+    assert row_count(path) == 0
+
+
+# --- reject policies never leave part of a batch in ------------------------------------------
+
+
+@pytest.mark.parametrize("on_full", ["reject", "reject-after"])
+def test_a_routed_batch_refused_by_one_queue_is_written_to_none(spark: SparkSession, tmp_path: Path,
+                                                                 on_full: str) -> None:
+    """Rows for queues ``a`` (flow-OFF) and ``b`` (flow-stopped): every destination is looked at
+    before the first write, so the refusal by ``b`` leaves ``a`` untouched."""
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    declare(spark, a, SCHEMA)
+    declare(spark, b, SCHEMA, settings={"stopCount": 5, "resumeCount": 3})
+    fill_until_stopped(spark, b, 10, "reject")
+    before = latest_version(a)
+    batch = spark.createDataFrame([(i, f"m{i}", a if i % 2 else b) for i in range(6)], "id BIGINT, body STRING, dest STRING")
+    sink = QueueSink(route_column="dest", options={"onFull": on_full, "rejectTimeout": "200ms"}, app_id="p")
+    with pytest.raises(FlowControlError, match=r"queue 'b' refused the batch"):
+        sink(batch, 0)
+    assert latest_version(a) == before and row_count(a) == 0
+
+
+def test_reject_after_between_chunks_says_how_many_rows_are_in(spark: SparkSession, tmp_path: Path) -> None:
+    """Stop 9, capacity 10, 18 rows, reject-after 300 ms: the first chunk turns the queue ON and
+    the hold before the second times out. The error says 10 of the 18 rows are in and that a
+    restart writes the other 8; the replay after an acknowledgement does exactly that."""
+    path = str(tmp_path / "q")
+    queue = declare(spark, path, SCHEMA, settings={"stopCount": 9, "resumeCount": 5})
+    options = {"capacity": 10, "onFull": "reject-after", "rejectTimeout": "300ms"}
+    df = messages(spark, range(18))
+    with pytest.raises(QueueFullTimeoutError,
+                       match=r"10 of the 18 messages of batch 3 are in queue 'q'; a restart of the query writes "
+                             r"the other 8"):
+        QueueSink(path, options=options, app_id="p")(df, 3)
+    assert row_count(path) == 10
+    queue.acknowledge("default", queue.refresh())
+    QueueSink(path, options=options, app_id="p")(df, 3)
+    assert_same_rows(table(spark, path), df)

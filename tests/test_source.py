@@ -3,6 +3,7 @@ once Spark has completed them."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -202,3 +203,42 @@ def test_failed_batch_is_not_acknowledged_and_is_delivered_again(spark: SparkSes
     assert seen == [(1, list(range(10, 20))), (2, list(range(20, 30)))]
     assert queue.subscriptions.get("default").position == versions[-1]
     assert queue.depths() == {"default": Depth(0, 0)}
+
+
+def test_a_second_query_on_a_live_subscription_is_refused(spark: SparkSession, queue: Queue, tmp_path: Path) -> None:
+    """One subscription, one reader: a second streaming query on the subscription another live
+    query reads fails at its start with an error naming the subscription and the other reader,
+    and acknowledges nothing; the first goes on and gets every message once. When the first
+    stops, a query may read the subscription (from where the first left it)."""
+    import time
+
+    def start(name: str) -> StreamingQuery:
+        return (read_queue(spark, queue.path).writeStream.format("memory").queryName(name)
+                .option("checkpointLocation", str(tmp_path / name)).trigger(processingTime="200 milliseconds").start())
+
+    append(spark, queue, 0, 5)
+    first = start("first_reader")
+    deadline = time.monotonic() + TIMEOUT
+    while queue.depths()["default"].count and time.monotonic() < deadline:
+        time.sleep(0.2)
+    reader = first.lastProgress["sources"][0]["endOffset"]
+    second = start("second_reader")
+    try:
+        with pytest.raises(PySparkException) as refused:  # not refused: awaitTermination returns False
+            second.awaitTermination(TIMEOUT)
+        error = str(refused.value)
+        assert "subscription 'default' of queue 'q' is being read by another query" in error, error
+        assert json.loads(reader)["reader"] in error
+        assert "SubscriptionInUseError" in error
+        last = append(spark, queue, 5, 5)
+        deadline = time.monotonic() + TIMEOUT
+        while queue.subscriptions.get("default").position < last and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        first.stop()
+    assert sorted(r.id for r in spark.table("first_reader").collect()) == list(range(10))
+    assert spark.table("second_reader").count() == 0
+
+    append(spark, queue, 10, 2)
+    _q, third = consume(read_queue(spark, queue.path), tmp_path / "third")
+    assert sorted(r.id for r in third.collect()) == [10, 11]
