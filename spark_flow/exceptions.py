@@ -82,7 +82,7 @@ class SchemaMismatchError(SparkFlowError, ValueError):
 
 
 class FlowControlError(SparkFlowError):
-    """Thrown when flow control refuses a producer's batch (policies reject and reject-after)."""
+    """Thrown when flow control refuses a producer's batch (``onFull`` reject and reject-after)."""
 
     def __init__(self, queue: str, depth: Any, thresholds: Any, detail: str) -> None:
         self.queue = queue
@@ -97,12 +97,12 @@ class FlowControlError(SparkFlowError):
 
 
 class QueueFullError(FlowControlError):
-    """Thrown at once when a producer writes to a flow-stopped queue with policy ``reject``
+    """Thrown at once when a producer with ``onFull=reject`` writes to a flow-stopped queue
     (ActiveMQ's ``sendFailIfNoSpace``), or to a ``ring-strict`` queue that cannot make room."""
 
 
 class QueueFullTimeoutError(FlowControlError):
-    """Thrown when a producer was held longer than ``rejectTimeout`` with policy ``reject-after``
+    """Thrown when a producer with ``onFull=reject-after`` was held longer than ``rejectTimeout``
     (ActiveMQ's ``sendFailIfNoSpaceAfterTimeout``)."""
 
 
