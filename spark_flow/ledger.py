@@ -113,14 +113,25 @@ class Ledger:
             latest = self._table.version() if upto is None else upto
             missing = [v for v in range(after + 1, latest + 1) if v not in self._commits]
             if missing:
-                # history(n) returns the newest n commits of the loaded snapshot.
-                newest = self._table.version()
-                for info in self._table.history(newest - missing[0] + 1):
+                for info in self._history_from(missing[0]):
                     commit = commit_from_info(info)
                     if commit.version > after:
                         self._commits.setdefault(commit.version, commit)
                     self.reads += 1
             return [self._commits[v] for v in range(after + 1, latest + 1) if v in self._commits]
+
+    def _history_from(self, first: int) -> list[dict[str, Any]]:
+        """The commit infos from version ``first`` on. deltalake's ``history(n)`` reads the
+        newest n commits in storage but numbers them from the handle's loaded version
+        (deltalake 1.6.6): with a commit landed since the handle's last refresh, every one would
+        carry the number of the commit before it. So it is read again until the handle was the
+        newest before and after the read."""
+        while True:
+            newest = self._table.version()
+            infos = self._table.history(newest - first + 1)
+            self._table.update_incremental()
+            if self._table.version() == newest:
+                return infos
 
     def depth(self, after: int, upto: int | None = None) -> Depth:
         """Messages and bytes enqueued by the commits after ``after``."""

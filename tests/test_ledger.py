@@ -251,3 +251,18 @@ def test_depth_after_1000_consumed_messages_reads_only_the_commits_since(tmp_pat
     assert ledger.reads == 5, "a second look reads only the 2 commits since the first"
     assert ledger.depth(after=199) == Depth(5, 0)
     assert ledger.reads == 5, "asking again without new commits reads nothing"
+
+
+def test_a_commit_landing_while_a_handle_is_stale_keeps_its_own_number(tmp_path: Path) -> None:
+    """deltalake 1.6.6's ``history(n)`` reads the newest commits in storage but numbers them from
+    the handle's loaded version: a commit landing after the handle's last refresh would be read
+    as the version before it, and its messages counted twice (seen as a controller's depth of
+    60 for a queue of 30). The ledger reads again until its handle is the newest."""
+    path = str(tmp_path / "q")
+    for rows in (1, 2, 3):
+        write_deltalake(path, pa.table({"id": list(range(rows))}), mode="append")
+    ledger = Ledger(DeltaTable(path))
+    latest = ledger.refresh()
+    write_deltalake(path, pa.table({"id": list(range(7))}), mode="append")  # another process, meanwhile
+    assert [(c.version, c.count) for c in ledger.commits(-1, latest)] == [(0, 1), (1, 2), (2, 3)]
+    assert ledger.depth(-1, ledger.refresh()).count == 1 + 2 + 3 + 7
