@@ -20,10 +20,10 @@ import time
 from pathlib import Path
 
 from spark_flow import declare, get_spark
+from spark_flow.admin import FlowAdmin
 from spark_flow.controller import start_controller
 from spark_flow.home import Registry
 from spark_flow.queue import Queue
-from spark_flow.status import FlowAdmin
 
 
 def copy_queue(template: Queue, path: str, name: str) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import posixpath
 import re
 import sys
 import time
@@ -126,11 +125,6 @@ def start_session(app_name: str, verbose: bool, check: Callable[[dict[str, str]]
     spark.sparkContext.setLogLevel("ERROR")
     check(session_flow_conf(spark))
     return spark
-
-
-def queue_name(queue: str) -> str:
-    """The name ``spark.flow.queues.<pattern>`` entries match: a path's last segment, or the table name."""
-    return posixpath.basename(queue.rstrip("/")) if ("/" in queue or ":" in queue) else queue
 
 
 def now() -> str:

@@ -29,11 +29,9 @@ from typing import TYPE_CHECKING
 
 from _common import HelpFormatter, emit, interval, main_guard, positive_float, start_session
 
-from spark_flow import ConfigurationError
+from spark_flow import ConfigurationError, FlowAdmin, start_controller, stop_between_batches
 from spark_flow.config import check_conf, session_flow_conf
-from spark_flow.controller import start_controller, stop_between_batches
 from spark_flow.home import HOME_CONF
-from spark_flow.status import FlowAdmin
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -20,9 +20,7 @@ from pathlib import Path
 
 from pyspark.sql import DataFrame
 
-from spark_flow import QueueSink, declare, get_spark, read_queue
-from spark_flow.controller import start_controller, stop_between_batches
-from spark_flow.status import FlowAdmin
+from spark_flow import FlowAdmin, QueueSink, declare, get_spark, read_queue, start_controller, stop_between_batches
 
 STOP, RESUME, CAPACITY = 300, 150, 200
 CONSUMER_RATE = 40  # messages a second

@@ -49,7 +49,6 @@ from _common import (
     main_guard,
     positive_int,
     query_active,
-    queue_name,
     run_query,
     size,
     start_session,
@@ -57,6 +56,7 @@ from _common import (
 
 from spark_flow import HoldInterruptedError, QueueNotFoundError, QueueSink, declare, open_queue, read_queue
 from spark_flow.config import ON_FULL, check_conf, producer_settings, session_flow_conf
+from spark_flow.names import queue_name
 from spark_flow.queue import queue_location
 from spark_flow.sink import conform
 

@@ -14,9 +14,7 @@ import os
 import tempfile
 import time
 
-from spark_flow import QueueSink, declare, get_spark, read_queue
-from spark_flow.controller import start_controller, stop_between_batches
-from spark_flow.status import FlowAdmin
+from spark_flow import FlowAdmin, QueueSink, declare, get_spark, read_queue, start_controller, stop_between_batches
 
 spark = get_spark()
 base = os.environ.get("FLOW_NOTEBOOK_DIR") or tempfile.mkdtemp(prefix="spark-flow-notebook-")

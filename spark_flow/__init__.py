@@ -4,37 +4,47 @@ Delta tables are queues; producers are held back when a queue's depth crosses it
 threshold and go on when it falls under the resume threshold, as message brokers do.
 """
 
+from spark_flow.admin import FlowAdmin
 from spark_flow.config import ProducerSettings, QueueSettings
+from spark_flow.controller import start_controller, stop_between_batches
 from spark_flow.exceptions import (
     ConfigurationError,
     FlowControlError,
+    HistoryNotFoundError,
     HoldInterruptedError,
+    PositionOutOfRangeError,
+    ProducerSettingError,
     QueueFullError,
     QueueFullTimeoutError,
     QueueNotFoundError,
     QueueSettingError,
     SchemaMismatchError,
     SparkFlowError,
+    SubscriptionInUseError,
     SubscriptionNotFoundError,
     UnknownKeyError,
 )
-from spark_flow.gate import Gate, GateStatus
 from spark_flow.ledger import Depth
+from spark_flow.listener import FlowProgress, FlowProgressListener
 from spark_flow.queue import Queue, declare, open_queue, purge_acknowledged
 from spark_flow.session import get_spark
 from spark_flow.sink import QueueSink, enqueue_stream
 from spark_flow.source import FlowQueueDataSource, read_queue
-from spark_flow.state import FlowState, Thresholds
+from spark_flow.state import Thresholds
+from spark_flow.subscriptions import Subscription
 
 __all__ = [
     "ConfigurationError",
     "Depth",
+    "FlowAdmin",
     "FlowControlError",
+    "FlowProgress",
+    "FlowProgressListener",
     "FlowQueueDataSource",
-    "FlowState",
-    "Gate",
-    "GateStatus",
+    "HistoryNotFoundError",
     "HoldInterruptedError",
+    "PositionOutOfRangeError",
+    "ProducerSettingError",
     "ProducerSettings",
     "Queue",
     "QueueFullError",
@@ -45,6 +55,8 @@ __all__ = [
     "QueueSink",
     "SchemaMismatchError",
     "SparkFlowError",
+    "Subscription",
+    "SubscriptionInUseError",
     "SubscriptionNotFoundError",
     "Thresholds",
     "UnknownKeyError",
@@ -54,4 +66,6 @@ __all__ = [
     "open_queue",
     "purge_acknowledged",
     "read_queue",
+    "start_controller",
+    "stop_between_batches",
 ]

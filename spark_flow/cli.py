@@ -14,9 +14,10 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from spark_flow.admin import FlowAdmin
+from spark_flow.commands import ALL_QUEUES
 from spark_flow.exceptions import ConfigurationError, SparkFlowError
 from spark_flow.home import HOME_CONF
-from spark_flow.status import ALL_QUEUES, FlowAdmin
 
 HOME_ENV = "SPARK_FLOW_HOME"
 

@@ -15,12 +15,12 @@ from __future__ import annotations
 import difflib
 import math
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any, Literal
 
-from spark_flow.exceptions import ConfigurationError, QueueSettingError, UnknownKeyError
+from spark_flow.exceptions import ConfigurationError, ProducerSettingError, QueueSettingError, UnknownKeyError
 from spark_flow.state import Thresholds
 
 if TYPE_CHECKING:
@@ -201,6 +201,18 @@ def setting_name(key: str, value: Any = None) -> str:
     raise UnknownKeyError(key, value, _closest(key, spellings))
 
 
+def queue_setting(key: str, value: Any, allowed: Collection[str] = QUEUE_KEYS) -> str:
+    """The queue setting a key names, in any spelling; a producer's setting or any other key
+    not in ``allowed`` raises, naming what is allowed."""
+    name = setting_name(key, value)
+    if name not in allowed:
+        listed = "a queue setting here: " + ", ".join(allowed)
+        if KEYS[name].scope == "producer":
+            raise ProducerSettingError(key, value, name, listed)
+        raise ConfigurationError(key, value, listed)
+    return name
+
+
 def is_setting(key: str) -> bool:
     """Whether a table property or run-time key is a spark-flow setting (``flow.*``, ``qpid.*``,
     a plain name), not a fact about the queue (``flow.queueName``) nor another system's."""
@@ -301,11 +313,7 @@ def queue_settings(queue: str, *layers: Mapping[str, Any]) -> QueueSettings:
         for key, raw in layer.items():
             if raw is None or not is_setting(key):
                 continue
-            name = setting_name(key, raw)
-            if KEYS[name].scope != "queue":
-                raise ConfigurationError(key, raw, "a queue setting here: " + ", ".join(QUEUE_KEYS),
-                                         f"{name} is a producer setting: give it as the sink's option or "
-                                         f"spark.flow.{name} in the producer's Spark conf")
+            name = queue_setting(key, raw)
             values[name] = KEYS[name].parse(key, raw)
             origins[name] = key
     thresholds = _thresholds(values, origins)

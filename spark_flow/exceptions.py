@@ -41,6 +41,20 @@ class QueueNotFoundError(SparkFlowError, LookupError):
         super().__init__(f"queue {queue!r} not found: {reason}")
 
 
+class HistoryNotFoundError(SparkFlowError, LookupError):
+    """Thrown when a plot or report needs the controller's samples and there are none yet."""
+
+
+class PositionOutOfRangeError(SparkFlowError, ValueError):
+    """Thrown when an acknowledgement names a queue version the queue has not reached: it would
+    acknowledge messages that were never delivered (Kafka's ``OffsetOutOfRangeException``)."""
+
+    def __init__(self, queue: str, subscription: str, position: int, latest: int) -> None:
+        super().__init__(f"queue {queue!r}, subscription {subscription!r}: cannot acknowledge up to position "
+                         f"{position}; allowed is a queue version <= {latest}, the latest of queue {queue!r}")
+        self.queue, self.subscription, self.position, self.latest = queue, subscription, position, latest
+
+
 class SubscriptionNotFoundError(SparkFlowError, LookupError):
     """Thrown when a subscription named in an option or call does not exist on its queue."""
 
@@ -121,3 +135,13 @@ class QueueSettingError(ConfigurationError):
                          f"queue is declared (declare(..., settings={{'{key}': ...}}), a flow.{key} table property, "
                          f"spark.flow.{key} in the conf of the job that declares or first writes the queue) or "
                          f"change it at run time with `spark-flow set <queue> {key}=...`")
+
+
+class ProducerSettingError(ConfigurationError):
+    """Thrown when a producer's setting is given where only queue settings go (``declare``,
+    table properties, ``set``) or to a consumer: it says how one producer waits, so it belongs
+    to that producer."""
+
+    def __init__(self, key: str, value: Any, name: str, allowed: str) -> None:
+        super().__init__(key, value, allowed, f"{name} is a producer setting: give it to the producer (QueueSink "
+                                              f"options, or spark.flow.{name} in its Spark conf)")

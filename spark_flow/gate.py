@@ -1,22 +1,28 @@
-"""The one hold / reject decision, used by the sink and by the gated source.
+"""Every flow-control decision about writing to one queue, used by the sink and the gated source.
 
 A gate looks at a queue's depth per subscription, steps the flow state machine of each
-subscription with flow control, and records transitions in the subscriptions table (compare and
-set, so two gates seeing the same crossing count it once). A queue is stopped while any of its
-subscriptions is. The decision needs no history beyond the recorded state, so a gate turns ON
-the moment it sees ``depth > stop``, whoever else is looking. It judges with the queue's
-recorded settings, the same for every process (a producer's own settings only say how it waits).
+subscription with flow control, and records transitions (compare and set, so two gates seeing
+the same crossing count it once). A queue is stopped while any of its subscriptions is. The
+decision needs no history beyond the recorded state, so a gate turns ON the moment it sees
+``depth > stop``, whoever else is looking. It judges with the queue's recorded settings, the
+same for every process; a producer's own settings say how it waits.
+
+The sink asks the gate, in order: whether a batch is refused before anything is written
+(:meth:`Gate.refuse`: ``ring-strict``, ``onFull`` reject), how many messages it may write now
+(:meth:`Gate.admit`: the capacity window, Qpid's), to make room in a ring (:meth:`Gate.make_room`),
+and whether the batch may complete (:meth:`Gate.complete`: ``onFull`` hold).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from spark_flow.config import ProducerSettings, QueueSettings
-from spark_flow.exceptions import QueueFullError, QueueFullTimeoutError
+from spark_flow.exceptions import HoldInterruptedError, QueueFullError, QueueFullTimeoutError
 from spark_flow.ledger import Depth
 from spark_flow.queue import Queue
 from spark_flow.state import FlowState, Thresholds
@@ -73,29 +79,71 @@ class Gate:
     def observe(self) -> GateStatus:
         """Look at the queue now: depth per subscription, state machine stepped and recorded."""
         queue = self.queue
-        latest = queue.refresh()
+        queue.refresh()
         settings = queue.settings()
         while True:
-            subs = queue.subscriptions.list()
-            depths = {s.name: queue.ledger.depth(s.position, latest) for s in subs}
-            states, raced = {}, False
-            for sub in subs:
-                queue.history.ensure(sub, depths[sub.name], settings.thresholds)
+            backlog = queue.backlog(refresh=False)
+            states: dict[str, FlowState] = {}
+            for sub, depth in backlog:
+                queue.history.ensure(sub, depth, settings.thresholds)
                 before = FlowState(sub.flow_stopped, sub.flow_stopped_count)
-                after = before.observe(settings.thresholds, depths[sub.name].count, depths[sub.name].size)
-                if after != before:
-                    if not queue.subscriptions.transition(sub, after.flow_stopped, after.flow_stopped_count):
-                        raced = True
-                        break
-                    _log_transition(queue.name, sub.name, after, depths[sub.name], settings.thresholds)
-                    queue.history.record(replace(sub, flow_stopped=after.flow_stopped,
-                                                 flow_stopped_count=after.flow_stopped_count),
-                                         depths[sub.name], settings.thresholds)
+                after = before.observe(settings.thresholds, depth.count, depth.size)
+                if after != before and not queue.transition(sub, after, depth, settings.thresholds):
+                    break  # another process recorded a transition first: look again
                 states[sub.name] = after
-            if not raced:
-                if subs:
-                    queue.ledger.forget(min(s.position for s in subs))
-                return GateStatus(queue.name, settings, depths, states)
+            else:
+                return GateStatus(queue.name, settings, {sub.name: depth for sub, depth in backlog}, states)
+
+    def refuse(self, batch: Depth, is_active: Callable[[], bool]) -> float:
+        """Before a batch's first write: raise if this queue refuses it, so a refused batch is in
+        none of its queues. A ``ring-strict`` queue refuses a batch larger than its max; a
+        stopped queue refuses a producer with ``onFull`` reject (at once) or reject-after
+        (after ``rejectTimeout``). Returns the seconds held."""
+        status = self.observe()
+        if status.settings.policy == "ring-strict":
+            _refuse_over_max(status, batch)
+        if status.stopped and self.producer.on_full != "hold":
+            return self.admit(is_active, started=False)[1]
+        return 0.0
+
+    def admit(self, is_active: Callable[[], bool], *, started: bool) -> tuple[GateStatus, float, float]:
+        """How many more messages this producer may write now, once it may write any.
+
+        A ``hold`` producer writes the first part of a fresh batch at once: its capacity window
+        (Qpid's), the messages in flight when the queue turned ON. Anything after it (the next
+        chunk, the rest of a replayed batch: ``started``), any part for a ``reject`` producer,
+        and anything while an operator stopped the producers waits until the queue is not
+        stopped. Returns the status, the seconds held and the window: ``capacity`` messages,
+        or all of them when the queue has no flow control. Raises
+        :class:`HoldInterruptedError` when the query is stopped while held.
+        """
+        status, held = self.observe(), 0.0
+        if status.stopped and (started or self.producer.on_full != "hold" or status.settings.producers_stopped):
+            status, held = self.wait(is_active)
+            if status.stopped:
+                raise HoldInterruptedError(f"query stopped while held by queue {status.queue!r} in mid-batch; the "
+                                           "rest of the batch is enqueued when the query restarts")
+        return status, held, self.producer.capacity if status.thresholds.enabled else math.inf
+
+    def make_room(self, status: GateStatus) -> None:
+        """After a write into a ring queue: move subscriptions past the oldest messages beyond
+        the queue's max."""
+        if status.settings.policy.startswith("ring"):
+            self.queue.refresh()
+            self.queue.discard_oldest(status.settings)
+
+    def complete(self, is_active: Callable[[], bool]) -> tuple[GateStatus, float]:
+        """Whether a written batch may complete: a ``hold`` producer's batch completes only once
+        the queue is not stopped (the hold that keeps its source from reading on). Returns the
+        status and the seconds held; :meth:`holds` says whether the status still holds it."""
+        status = self.observe()
+        if self.holds(status):
+            return self.wait(is_active)
+        return status, 0.0
+
+    def holds(self, status: GateStatus) -> bool:
+        """Whether ``status`` keeps this producer's written batch from completing."""
+        return status.stopped and self.producer.on_full == "hold"
 
     def wait(self, is_active: Callable[[], bool] = lambda: True) -> tuple[GateStatus, float]:
         """Return once the queue is not flow-stopped, as the producer's ``onFull`` says.
@@ -134,8 +182,11 @@ def _why(status: GateStatus) -> str:
     return "producers stopped by an operator" if status.settings.producers_stopped else "flow-stopped"
 
 
-def _log_transition(queue: str, subscription: str, state: FlowState, depth: Depth, thresholds: Thresholds) -> None:
-    log.info("queue %r subscription %r flow %s (flowStoppedCount %d): depth %d messages / %d bytes, %s",
-             queue, subscription, "STOPPED" if state.flow_stopped else "RESUMED", state.flow_stopped_count,
-             depth.count, depth.size, thresholds)
+def _refuse_over_max(status: GateStatus, batch: Depth) -> None:
+    """ring-strict: a batch that alone exceeds the queue's max is refused before it is written."""
+    settings = status.settings
+    if (settings.max_count and batch.count > settings.max_count) or (settings.max_size and batch.size > settings.max_size):
+        limit = Thresholds(settings.max_count, settings.max_count, settings.max_size, settings.max_size)
+        raise QueueFullError(status.queue, batch, limit, f"ring-strict queue cannot take a batch of {batch.count} "
+                                                         f"messages / {batch.size} bytes above its max")
 

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from spark_flow.subscriptions import retry_commit
+from spark_flow.tables import StateTable
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -51,14 +51,13 @@ class HistoryTable:
     def __init__(self, location: str, queue: str, storage_options: Mapping[str, str] | None = None) -> None:
         self.location = location
         self.queue = queue
-        self._storage_options = dict(storage_options or {}) or None
+        self._table = StateTable(location, storage_options)
         self._recorded: set[tuple[str, bool, int]] = set()  # states this process knows have their row
 
     def record(self, sub: Subscription, depth: Depth, thresholds: Thresholds) -> None:
         """Record the transition that brought ``sub`` to its flow state, unless a row since the
         subscription was created shows it already."""
         import pyarrow as pa
-        from deltalake import DeltaTable, write_deltalake
 
         key = (sub.name, sub.flow_stopped, sub.flow_stopped_count)
         row = {
@@ -69,25 +68,11 @@ class HistoryTable:
             "stop_size": thresholds.stop_size, "resume_size": thresholds.resume_size,
         }
         rows = pa.Table.from_pylist([row], schema=_schema())
-        if not DeltaTable.is_deltatable(self.location, storage_options=self._storage_options):
-            try:
-                write_deltalake(self.location, rows, mode="error", storage_options=self._storage_options)
-                self._recorded.add(key)
-                return
-            except Exception:
-                # Another process created it first: merge into that one.
-                if not DeltaTable.is_deltatable(self.location, storage_options=self._storage_options):
-                    raise
-        source = rows.append_column("since", pa.array([sub.created_at or _EPOCH], pa.timestamp("us", tz="UTC")))
-
-        def attempt() -> None:
-            table = DeltaTable(self.location, storage_options=self._storage_options)
-            (table.merge(source, source_alias="s", target_alias="t",
-                         predicate="t.subscription = s.subscription AND t.flow_stopped = s.flow_stopped "
-                                   "AND t.flow_stopped_count = s.flow_stopped_count AND t.time >= s.since")
-             .when_not_matched_insert({name: f"s.{name}" for name in _schema().names}).execute())
-
-        retry_commit(attempt)
+        if not self._table.create(rows):
+            since = rows.append_column("since", pa.array([sub.created_at or _EPOCH], pa.timestamp("us", tz="UTC")))
+            self._table.merge(since, "t.subscription = s.subscription AND t.flow_stopped = s.flow_stopped "
+                                     "AND t.flow_stopped_count = s.flow_stopped_count AND t.time >= s.since",
+                              lambda m: m.when_not_matched_insert({name: f"s.{name}" for name in _schema().names}))
         self._recorded.add(key)
 
     def ensure(self, sub: Subscription, depth: Depth, thresholds: Thresholds) -> None:
@@ -103,9 +88,4 @@ class HistoryTable:
 
     def read(self) -> list[dict]:
         """Every recorded transition, oldest first."""
-        from deltalake import DeltaTable
-
-        if not DeltaTable.is_deltatable(self.location, storage_options=self._storage_options):
-            return []
-        rows = DeltaTable(self.location, storage_options=self._storage_options).to_pyarrow_table().to_pylist()
-        return sorted(rows, key=lambda r: (r["time"], r["flow_stopped_count"], not r["flow_stopped"]))
+        return sorted(self._table.rows(), key=lambda r: (r["time"], r["flow_stopped_count"], not r["flow_stopped"]))

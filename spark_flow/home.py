@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from spark_flow.subscriptions import retry_commit
+from spark_flow.tables import StateTable
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -45,37 +45,17 @@ class Registry:
     """The queues a home knows: what the controller watches and the CLI lists, by name."""
 
     def __init__(self, home: str, storage_options: Mapping[str, str] | None = None) -> None:
-        self.location = control_path(home, "queues")
-        self._storage_options = dict(storage_options or {}) or None
+        self._table = StateTable(control_path(home, "queues"), storage_options)
 
     def register(self, name: str, path: str) -> None:
         """Add queue ``name`` at ``path``, or move the name to ``path``."""
         import pyarrow as pa
-        from deltalake import DeltaTable, write_deltalake
 
         row = pa.Table.from_pylist([{"name": name, "path": path, "registered_at": datetime.now(UTC)}],
                                    schema=_schema())
-        if not DeltaTable.is_deltatable(self.location, storage_options=self._storage_options):
-            try:
-                write_deltalake(self.location, row, mode="error", storage_options=self._storage_options)
-                return
-            except Exception:
-                if not DeltaTable.is_deltatable(self.location, storage_options=self._storage_options):
-                    raise
-
-        def merge() -> None:
-            table = DeltaTable(self.location, storage_options=self._storage_options)
-            (table.merge(row, predicate="t.name = s.name", source_alias="s", target_alias="t")
-             .when_matched_update({"path": "s.path"}, predicate="t.path <> s.path")
-             .when_not_matched_insert_all().execute())
-
-        retry_commit(merge)
+        self._table.upsert(row, "t.name = s.name", lambda m: m.when_matched_update(
+            {"path": "s.path"}, predicate="t.path <> s.path").when_not_matched_insert_all())
 
     def queues(self) -> dict[str, str]:
         """Every registered queue: name -> table location."""
-        from deltalake import DeltaTable
-
-        if not DeltaTable.is_deltatable(self.location, storage_options=self._storage_options):
-            return {}
-        rows = DeltaTable(self.location, storage_options=self._storage_options).to_pyarrow_table().to_pylist()
-        return {row["name"]: row["path"] for row in sorted(rows, key=lambda r: r["name"])}
+        return {row["name"]: row["path"] for row in sorted(self._table.rows(["name", "path"]), key=lambda r: r["name"])}

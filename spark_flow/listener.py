@@ -73,8 +73,8 @@ class FlowProgressListener(StreamingQueryListener):
             offset = flowqueue_offset(source.endOffset)
             if offset is not None:
                 queue = open_queue(offset["queue"])
+                depth = queue.depth(offset["subscription"])
                 sub = queue.subscriptions.get(offset["subscription"])
-                depth = queue.ledger.depth(sub.position, queue.refresh())
                 found.append(FlowProgress(query_id, name, "consumer", queue.name, sub.name, batch_id, depth.count,
                                           depth.size, sub.flow_stopped, sub.flow_stopped_count, 0.0))
         if found:

@@ -14,11 +14,10 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from spark_flow.subscriptions import retry_commit
+from spark_flow.tables import StateTable
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from deltalake import DeltaTable
 
 
 def _schema() -> pa.Schema:
@@ -37,26 +36,14 @@ class OverrideTable:
 
     def __init__(self, location: str, storage_options: Mapping[str, str] | None = None) -> None:
         self.location = location
-        self._storage_options = dict(storage_options or {}) or None
-        self._table: DeltaTable | None = None
+        self._table = StateTable(location, storage_options)
         self._version = -1
         self._settings: dict[str, str] = {}
         self._applied = -1
 
-    def _open(self) -> DeltaTable | None:
-        from deltalake import DeltaTable
-
-        if self._table is None:
-            if not DeltaTable.is_deltatable(self.location, storage_options=self._storage_options):
-                return None
-            self._table = DeltaTable(self.location, storage_options=self._storage_options)
-        else:
-            self._table.update_incremental()
-        return self._table
-
     def settings(self) -> dict[str, str]:
         """The settings in force, read again only when the table has a new version."""
-        table = self._open()
+        table = self._table.open()
         if table is not None and table.version() != self._version:
             rows = table.to_pyarrow_table(columns=["key", "value", "command_id"]).to_pylist()
             self._settings = {row["key"]: row["value"] for row in rows if row["value"] is not None}
@@ -74,27 +61,9 @@ class OverrideTable:
         never overwrites a newer one, so applying a command again (a replayed controller batch)
         changes nothing."""
         import pyarrow as pa
-        from deltalake import DeltaTable, write_deltalake
 
         now = datetime.now(UTC)
-        rows = pa.Table.from_pylist(
-            [{"key": k, "value": None if v is None else str(v), "command_id": command_id, "updated_at": now} for k, v in settings.items()],
-            schema=_schema(),
-        )
-        if self._open() is None:
-            try:
-                write_deltalake(self.location, rows, mode="error", storage_options=self._storage_options)
-                return
-            except Exception:
-                # Another process created it first: merge into that one.
-                if not DeltaTable.is_deltatable(self.location, storage_options=self._storage_options):
-                    raise
-
-        def merge() -> None:
-            table = self._open()
-            assert table is not None
-            (table.merge(rows, predicate="t.key = s.key", source_alias="s", target_alias="t")
-             .when_matched_update_all(predicate="s.command_id > t.command_id")
-             .when_not_matched_insert_all().execute())
-
-        retry_commit(merge)
+        rows = pa.Table.from_pylist([{"key": k, "value": None if v is None else str(v), "command_id": command_id,
+                                      "updated_at": now} for k, v in settings.items()], schema=_schema())
+        self._table.upsert(rows, "t.key = s.key", lambda m: m.when_matched_update_all(
+            predicate="s.command_id > t.command_id").when_not_matched_insert_all())

@@ -3,9 +3,10 @@ with the intervals where producers were flow-stopped shaded."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from spark_flow.state import Thresholds
 
@@ -65,3 +66,18 @@ def plot_depth(samples: Sequence[Sample], thresholds: Thresholds | None, path: s
     fig.savefig(out)
     plt.close(fig)
     return out
+
+
+def depth_points(samples: Sequence[Mapping[str, Any]], transitions: Sequence[Mapping[str, Any]]) -> list[Sample]:
+    """The controller's samples merged with the queue's transition records, in time order, from
+    the first sample on: a transition record carries the depth at the very moment of a stop or
+    resume, which periodic samples may miss. Producers count as held while flow-stopped or
+    stopped by an operator (as the last sample before says)."""
+    start = samples[0]["time"]
+    points, manual = [], False
+    rows = [*samples, *(r for r in transitions if r["time"] >= start)]
+    for row in sorted(rows, key=lambda r: r["time"]):
+        manual = bool(row.get("producers_stopped", manual))
+        points.append(Sample((row["time"] - start).total_seconds(), row["depth_count"],
+                             bool(row["flow_stopped"]) or manual, row["stop_count"], row["resume_count"]))
+    return points

@@ -14,6 +14,7 @@ import logging
 import posixpath
 import threading
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from spark_flow.config import (
@@ -22,16 +23,26 @@ from spark_flow.config import (
     QueueSettings,
     conf_settings,
     is_setting,
+    queue_setting,
     queue_settings,
     session_flow_conf,
     setting_name,
 )
-from spark_flow.exceptions import ConfigurationError, QueueNotFoundError, SchemaMismatchError, UnknownKeyError
+from spark_flow.exceptions import (
+    ConfigurationError,
+    PositionOutOfRangeError,
+    QueueNotFoundError,
+    SchemaMismatchError,
+    UnknownKeyError,
+)
 from spark_flow.history import HistoryTable
 from spark_flow.home import HOME_CONF, Registry
 from spark_flow.ledger import METADATA_KEY, Depth, Ledger
+from spark_flow.names import QueueRef, normalize_path, queue_name, queue_ref
 from spark_flow.overrides import OverrideTable
-from spark_flow.subscriptions import DEFAULT_SUBSCRIPTION, Subscription, SubscriptionTable, retry_commit
+from spark_flow.state import FlowState, Thresholds
+from spark_flow.subscriptions import DEFAULT_SUBSCRIPTION, Subscription, SubscriptionTable
+from spark_flow.tables import retry_commit, spark_sql_string
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -46,15 +57,6 @@ STATE_LOCATION = "flow.stateLocation"
 PURGE_APP_ID = "spark-flow/purge"
 
 Position = Literal["earliest", "latest"] | int
-
-
-def normalize_path(location: str) -> str:
-    """A table location as deltalake takes it (Spark writes local paths as ``file:/x``)."""
-    if location.startswith("file:") and not location.startswith("file://"):
-        return location[len("file:"):]
-    if location.startswith("file://"):
-        return location[len("file://"):]
-    return location
 
 
 class Queue:
@@ -80,7 +82,7 @@ class Queue:
         properties = self._table.metadata().configuration
         if STATE_LOCATION not in properties:
             raise QueueNotFoundError(self.path, "this Delta table is not declared as a queue (spark_flow.declare)")
-        self.name: str = properties.get(QUEUE_NAME) or posixpath.basename(self.path.rstrip("/"))
+        self.name: str = properties.get(QUEUE_NAME) or queue_name(self.path)
         self.ledger = Ledger(self._table)
         self.subscriptions = SubscriptionTable(
             posixpath.join(properties[STATE_LOCATION], "subscriptions"), self.name, self.storage_options
@@ -162,14 +164,20 @@ class Queue:
 
         return StructType.fromJson(json.loads(self._table.schema().to_json()))
 
-    def depths(self, refresh: bool = True) -> dict[str, Depth]:
-        """The depth of every subscription: messages after its ack position."""
+    def backlog(self, refresh: bool = True) -> list[tuple[Subscription, Depth]]:
+        """Every subscription with its depth (the messages after its ack position), then the
+        ledger forgets the commits they have all acknowledged. ``refresh=False`` counts up to
+        the version last read."""
         latest = self.refresh() if refresh else self._table.version()
         subs = self.subscriptions.list()
-        depths = {s.name: self.ledger.depth(s.position, latest) for s in subs}
+        backlog = [(sub, self.ledger.depth(sub.position, latest)) for sub in subs]
         if subs:
-            self.ledger.forget(min(s.position for s in subs))
-        return depths
+            self.ledger.forget(min(sub.position for sub in subs))
+        return backlog
+
+    def depths(self, refresh: bool = True) -> dict[str, Depth]:
+        """The depth of every subscription, by name."""
+        return {sub.name: depth for sub, depth in self.backlog(refresh)}
 
     def depth(self, subscription: str = DEFAULT_SUBSCRIPTION) -> Depth:
         """The depth of one subscription."""
@@ -210,16 +218,32 @@ class Queue:
         """Drop subscription ``name``: it stops counting in the depth and holding producers."""
         self.subscriptions.drop(name)
 
-    def acknowledge(self, subscription: str, version: int, reader: str | None = None) -> bool:
-        """Acknowledge every message up to queue ``version`` for ``subscription`` (monotonic).
+    def acknowledge(self, subscription: str, version: int, *, reader: str | None = None, discarded: int = 0) -> bool:
+        """Acknowledge every message up to queue ``version`` for ``subscription`` (monotonic);
+        True if the position moved. Every acknowledgement goes through here: consumers,
+        ring discards and the controller's eviction of a stalled subscription.
 
-        A version the queue has not reached yet is refused: it would acknowledge messages that
-        were never delivered. ``reader``: the streaming query acknowledging (see
-        :meth:`SubscriptionTable.claim`)."""
+        A version the queue has not reached yet raises :class:`PositionOutOfRangeError`: it
+        would acknowledge messages that were never delivered. ``reader``: the streaming query
+        acknowledging (see :meth:`SubscriptionTable.claim`); ``discarded``: of the messages
+        acknowledged, how many were skipped without delivery."""
         if version > self._table.version() and version > self.refresh():
-            raise ConfigurationError("position", version, f"a queue version <= {self._table.version()}, "
-                                                          f"the latest of queue {self.name!r}")
-        return self.subscriptions.acknowledge(subscription, version, reader=reader)
+            raise PositionOutOfRangeError(self.name, subscription, version, self._table.version())
+        return self.subscriptions.acknowledge(subscription, version, discarded=discarded, reader=reader)
+
+    def transition(self, sub: Subscription, after: FlowState, depth: Depth, thresholds: Thresholds) -> bool:
+        """Record ``sub``'s flow transition to ``after``, seen at ``depth``: a compare-and-set in
+        the subscriptions table (False: another process moved the state first; read again),
+        then the log line and the queue's history row. Gates and the controller record every
+        transition through here."""
+        if not self.subscriptions.transition(sub, after.flow_stopped, after.flow_stopped_count):
+            return False
+        log.info("queue %r subscription %r flow %s (flowStoppedCount %d): depth %d messages / %d bytes, %s",
+                 self.name, sub.name, "STOPPED" if after.flow_stopped else "RESUMED", after.flow_stopped_count,
+                 depth.count, depth.size, thresholds)
+        self.history.record(replace(sub, flow_stopped=after.flow_stopped, flow_stopped_count=after.flow_stopped_count),
+                            depth, thresholds)
+        return True
 
     def transaction_version(self, app_id: str) -> int | None:
         """The last ``txnVersion`` committed by ``app_id`` (as of the last refresh), or None."""
@@ -234,15 +258,15 @@ class Queue:
             return {}
         latest = self._table.version()
         discarded = {}
-        for sub in self.subscriptions.list():
-            depth, position, dropped = self.ledger.depth(sub.position, latest), sub.position, 0
+        for sub, depth in self.backlog(refresh=False):
+            position, dropped = sub.position, 0
             for commit in self.ledger.commits(sub.position, latest):
                 if not _over(depth, limit) or commit.version == latest:
                     break
                 depth = Depth(depth.count - commit.count, depth.size - commit.size)
                 position, dropped = commit.version, dropped + commit.count
             if position > sub.position:
-                self.subscriptions.acknowledge(sub.name, position, discarded=dropped)
+                self.acknowledge(sub.name, position, discarded=dropped)
                 discarded[sub.name] = dropped
         return discarded
 
@@ -348,25 +372,14 @@ def open_queue(path: str, storage_options: Mapping[str, str] | None = None) -> Q
         return _OPEN[key]
 
 
-def _is_path(queue: str) -> bool:
-    return "/" in queue or ":" in queue
-
-
 def _queue_properties(settings: Mapping[str, Any]) -> dict[str, str]:
     """Declare arguments as ``flow.*`` table properties (``maxCount``, ``flow.maxCount`` and
     ``qpid.max_count`` all become ``flow.maxCount``); only queue settings are declared."""
-    properties = {}
-    for key, value in settings.items():
-        name = setting_name(key, value)
-        if KEYS[name].scope != "queue":
-            raise ConfigurationError(key, value, "a queue setting", f"{name} is a producer setting: give it to the "
-                                                                    f"producer's QueueSink options or its Spark conf")
-        properties[PROPERTY_PREFIX + name] = str(value)
-    return properties
+    return {PROPERTY_PREFIX + queue_setting(key, value): str(value) for key, value in settings.items()}
 
 
 def _sql_properties(properties: Mapping[str, str]) -> str:
-    return ", ".join(f"'{k}' = '{v.replace(chr(39), chr(92) + chr(39))}'" for k, v in properties.items())
+    return ", ".join(f"{spark_sql_string(k)} = {spark_sql_string(v)}" for k, v in properties.items())
 
 
 def declare(
@@ -383,7 +396,8 @@ def declare(
     ----------
     spark : SparkSession
     queue : str
-        A path (anything with ``/`` or ``:``) or a catalog table name.
+        A path (anything with ``/`` or a scheme: ``s3a://b/q``, ``./q``) or a catalog table
+        name (see :mod:`spark_flow.names`).
     schema : StructType or DDL string, optional
         The messages' columns. Required to create a queue; checked against an existing one.
     settings : mapping, optional
@@ -413,18 +427,19 @@ def declare(
     from pyspark.sql.types import StructType
 
     properties = _queue_properties(settings or {})
-    name = posixpath.basename(queue.rstrip("/")) if _is_path(queue) else queue
+    ref = queue_ref(queue)
+    name = ref.name
     conf = session_flow_conf(spark)
     given = {key: raw for key, raw in conf_settings(name, conf, "queue").values()}
     wanted = StructType.fromDDL(schema) if isinstance(schema, str) else schema
-    target = f"delta.`{queue}`" if _is_path(queue) else queue
+    target = ref.sql
 
-    if _table_exists(spark, queue):
-        existing = spark.table(target).schema if not _is_path(queue) else spark.read.format("delta").load(queue).schema
+    if _table_exists(spark, ref):
+        existing = (spark.read.format("delta").load(ref.path) if ref.path else spark.table(queue)).schema
         if wanted is not None and _columns(existing) != _columns(wanted):
             raise SchemaMismatchError(name, existing.simpleString(), wanted.simpleString(),
                                       "the existing table's columns differ from the declared schema")
-        current = DeltaTable.forPath(spark, queue) if _is_path(queue) else DeltaTable.forName(spark, queue)
+        current = DeltaTable.forPath(spark, ref.path) if ref.path else DeltaTable.forName(spark, queue)
         detail = current.detail().first()
         has, location = detail["properties"], normalize_path(detail["location"])
         state = has.get(STATE_LOCATION) or _state_location(state_location, conf, name, location)
@@ -441,12 +456,12 @@ def declare(
         if wanted is None:
             raise QueueNotFoundError(name, "it does not exist yet, and a schema is needed to create it")
         queue_settings(name, given, properties)  # every bad value fails before any write
-        if _is_path(queue) and _path_has_files(spark, queue):
+        if ref.path and _path_has_files(spark, ref.path):
             raise QueueNotFoundError(queue, "the path holds files that are not a Delta table; "
                                             "declare a queue on an empty path or on a Delta table")
         properties = {**_queue_properties(given), **properties}
         builder = DeltaTable.createIfNotExists(spark)
-        builder = builder.location(queue) if _is_path(queue) else builder.tableName(queue)
+        builder = builder.location(ref.path) if ref.path else builder.tableName(queue)
         builder = builder.addColumns(wanted).property("delta.enableChangeDataFeed", "true").property(QUEUE_NAME, name)
         for key, value in properties.items():
             builder = builder.property(key, value)
@@ -477,12 +492,12 @@ def _columns(schema: StructType) -> list[tuple[str, str]]:
     return [(f.name, f.dataType.simpleString()) for f in schema.fields]
 
 
-def _table_exists(spark: SparkSession, queue: str) -> bool:
+def _table_exists(spark: SparkSession, ref: QueueRef) -> bool:
     from delta.tables import DeltaTable
 
-    if _is_path(queue):
-        return DeltaTable.isDeltaTable(spark, queue)
-    return spark.catalog.tableExists(queue)
+    if ref.path:
+        return DeltaTable.isDeltaTable(spark, ref.path)
+    return spark.catalog.tableExists(str(ref.table))
 
 
 def _path_has_files(spark: SparkSession, path: str) -> bool:
@@ -494,11 +509,12 @@ def _path_has_files(spark: SparkSession, path: str) -> bool:
 
 def queue_location(spark: SparkSession, queue: str) -> str:
     """The storage location of a queue given by path or catalog name."""
-    if _is_path(queue):
-        return normalize_path(queue)
+    ref = queue_ref(queue)
+    if ref.path:
+        return ref.path
     if not spark.catalog.tableExists(queue):
         raise QueueNotFoundError(queue, "no such table in the catalog")
-    return normalize_path(spark.sql(f"DESCRIBE DETAIL {queue}").first()["location"])
+    return normalize_path(spark.sql(f"DESCRIBE DETAIL {ref.sql}").first()["location"])
 
 
 def purge_acknowledged(spark: SparkSession, queue: str) -> int:

@@ -26,19 +26,16 @@ from dataclasses import dataclass
 from functools import reduce
 from typing import TYPE_CHECKING, Any
 
-from spark_flow.config import ProducerSettings, producer_settings, session_flow_conf, split_options
+from spark_flow.config import producer_settings, session_flow_conf, split_options
 from spark_flow.exceptions import (
     ConfigurationError,
     FlowControlError,
-    HoldInterruptedError,
-    QueueFullError,
     SchemaMismatchError,
 )
 from spark_flow.gate import Gate, GateStatus
 from spark_flow.ledger import METADATA_KEY, Depth
 from spark_flow.queue import Queue, open_queue, queue_location
 from spark_flow.source import flowqueue_offset
-from spark_flow.state import Thresholds
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -298,17 +295,11 @@ class QueueSink:
 
     def _refuse_before_writing(self, gates: Mapping[str, Gate], measured: Mapping[str, tuple[int, int, int]],
                                is_active: Callable[[], bool]) -> None:
-        """Refuse the batch before its first write if any destination refuses it (``reject``,
-        ``reject-after``, ``ring-strict``): a refused batch is in none of its queues."""
+        """Ask every destination's gate whether it refuses the batch, before the first write."""
         for dest, gate in gates.items():
             count, total_size, done = measured[dest]
-            if done >= count:
-                continue
-            status = gate.observe()
-            if status.settings.policy == "ring-strict":
-                _refuse_over_max(gate.queue.name, status, Depth(count, total_size))
-            if status.stopped and gate.producer.on_full != "hold":
-                self._admit(gate, is_active)
+            if done < count:
+                self._held[gate.queue.path] += gate.refuse(Depth(count, total_size), is_active)
 
     def _enqueue(self, rows: DataFrame, gate: Gate, measured: tuple[int, int, int], app_id: str, batch_id: int,
                  is_active: Callable[[], bool]) -> Depth:
@@ -324,18 +315,13 @@ class QueueSink:
             if count:
                 log.info("batch %d already enqueued into %r (replay); skipping its write", batch_id, queue.name)
             return Depth(count, total_size)
-        status = gate.observe()
-        if gate.producer.on_full != "hold" or done > 0 or status.settings.producers_stopped:
-            # reject producers refuse before writing; a replay, or a producer an operator stopped,
-            # goes on only when there is room.
-            status = self._admit_rest(gate, is_active, batch_id, done, count)
-        if done == 0 and count <= _allowed(status, gate.producer):
+        status, window = self._admit(gate, is_active, batch_id, done, count)
+        if done == 0 and count <= window:
             self._write(rows, queue, app_id, base + count, count, total_size, batch_id)
         else:
-            self._write_chunks(rows, size, gate, status, app_id, batch_id, done, count, is_active)
-        if status.settings.policy.startswith("ring"):
-            queue.refresh()
-            queue.discard_oldest(status.settings)
+            self._write_chunks(rows, size, gate, int(min(count - done, window)), app_id, batch_id, done, count,
+                               is_active)
+        gate.make_room(status)
         return Depth(count, total_size)
 
     def _message_size(self, schema: StructType) -> tuple[Column, tuple[Column, Column]]:
@@ -349,17 +335,17 @@ class QueueSink:
             self._sizes[key] = size, (F.count(F.lit(1)).alias("count"), F.coalesce(F.sum(size), F.lit(0)).alias("size"))
         return self._sizes[key]
 
-    def _write_chunks(self, rows: DataFrame, size: Column, gate: Gate, status: GateStatus, app_id: str,
+    def _write_chunks(self, rows: DataFrame, size: Column, gate: Gate, window: int, app_id: str,
                       batch_id: int, done: int, count: int, is_active: Callable[[], bool]) -> None:
-        """Write rows ``done..count`` in chunks of the producer's capacity, the gate looked at
-        between chunks. One job sizes every chunk; one write per chunk."""
+        """Write rows ``done..count`` in chunks of ``window`` rows (fixed for the batch), the
+        gate asked before each chunk after the first. One job sizes every chunk; one write per
+        chunk."""
         from pyspark.sql import Window
         from pyspark.sql import functions as F
 
         keys = [_order_key(f.name, f.dataType) for f in rows.schema.fields]
         order = Window.orderBy(F.xxhash64(*keys), *keys)
         indexed = rows.withColumn(_ROW, F.row_number().over(order) - 1).persist()
-        window = int(min(count - done, _allowed(status, gate.producer)))  # chunk size, fixed for this batch
         chunk_of = F.floor((F.col(_ROW) - done) / window)
         try:
             sizes = dict(indexed.filter(F.col(_ROW) >= done).groupBy(chunk_of.alias("chunk"))
@@ -367,28 +353,21 @@ class QueueSink:
             for chunk_index in range(math.ceil((count - done) / window)):
                 lo, hi = done + chunk_index * window, min(count, done + (chunk_index + 1) * window)
                 if chunk_index:
-                    self._admit_rest(gate, is_active, batch_id, lo, count)
+                    self._admit(gate, is_active, batch_id, lo, count)
                 chunk = indexed.filter((F.col(_ROW) >= lo) & (F.col(_ROW) < hi)).drop(_ROW)
                 self._write(chunk, gate.queue, app_id, batch_id * TXN_SPAN + hi, hi - lo,
                             sizes[chunk_index], batch_id)
         finally:
             _unpersist(indexed)
 
-    def _admit(self, gate: Gate, is_active: Callable[[], bool]) -> GateStatus:
-        """Wait until the queue takes more of this batch; a stop while waiting interrupts it."""
-        status, held = gate.wait(is_active)
-        self._held[gate.queue.path] += held
-        if status.stopped:
-            raise HoldInterruptedError(f"query stopped while held by queue {gate.queue.name!r} in mid-batch; "
-                                       "the rest of the batch is enqueued when the query restarts")
-        return status
-
-    def _admit_rest(self, gate: Gate, is_active: Callable[[], bool], batch_id: int, written: int,
-                    count: int) -> GateStatus:
-        """:meth:`_admit` for the rest of a batch ``written`` of whose ``count`` messages are in:
-        a refusal says so, and that a restart writes the rest (the replay skips what is in)."""
+    def _admit(self, gate: Gate, is_active: Callable[[], bool], batch_id: int, written: int,
+               count: int) -> tuple[GateStatus, float]:
+        """:meth:`Gate.admit` for the rest of a batch ``written`` of whose ``count`` messages are
+        in: a refusal says so, and that a restart writes the rest (the replay skips what is in)."""
         try:
-            return self._admit(gate, is_active)
+            status, held, window = gate.admit(is_active, started=written > 0)
+            self._held[gate.queue.path] += held
+            return status, window
         except FlowControlError as error:
             if not written:
                 raise
@@ -426,31 +405,13 @@ class QueueSink:
         while True:
             statuses = {}
             for dest, gate in gates.items():
-                status, seconds = gate.observe(), 0.0
-                if status.stopped and gate.producer.on_full == "hold":  # the others refused before writing
-                    status, seconds = gate.wait(is_active)
-                statuses[dest] = status
+                statuses[dest], seconds = gate.complete(is_active)
                 held[dest] += seconds
-            if not is_active() or all(not s.stopped or gates[d].producer.on_full != "hold" for d, s in statuses.items()):
+            if not is_active() or not any(gates[dest].holds(status) for dest, status in statuses.items()):
                 break
         for dest, status in statuses.items():
             self.last[dest] = BatchReport(batch_id, status.queue, enqueued[dest].count, enqueued[dest].size,
                                           status.depth, status.stopped, status.flow_stopped_count, held[dest])
-
-
-def _refuse_over_max(queue: str, status: GateStatus, batch: Depth) -> None:
-    """ring-strict: a batch that alone exceeds the queue's max is refused before it is written."""
-    settings = status.settings
-    if (settings.max_count and batch.count > settings.max_count) or (settings.max_size and batch.size > settings.max_size):
-        limit = Thresholds(settings.max_count, settings.max_count, settings.max_size, settings.max_size)
-        raise QueueFullError(queue, batch, limit, f"ring-strict queue cannot take a batch of {batch.count} "
-                                                   f"messages / {batch.size} bytes above its max")
-
-
-def _allowed(status: GateStatus, producer: ProducerSettings) -> float:
-    """How many rows may go in before the gate is looked at again: the producer's capacity
-    window, or everything when the queue has no flow control."""
-    return producer.capacity if status.thresholds.enabled else math.inf
 
 
 @contextlib.contextmanager

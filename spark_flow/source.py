@@ -40,7 +40,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from spark_flow.config import parse_count, parse_duration, split_options
-from spark_flow.exceptions import ConfigurationError
+from spark_flow.exceptions import ConfigurationError, ProducerSettingError
 from spark_flow.gate import Gate
 from spark_flow.queue import open_queue
 from spark_flow.subscriptions import DEFAULT_SUBSCRIPTION
@@ -73,8 +73,8 @@ class SourceOptions:
         own, producer, conf = split_options(options, SOURCE_OPTIONS)
         if producer:
             key = next(iter(producer))
-            raise ConfigurationError(key, producer[key], "an option of the flowqueue source: " + ", ".join(SOURCE_OPTIONS),
-                                     f"{key} is a producer's setting (QueueSink options)")
+            raise ProducerSettingError(key, producer[key], key,
+                                       "an option of the flowqueue source: " + ", ".join(SOURCE_OPTIONS))
         if not own.get("queue"):
             raise ConfigurationError("queue", own.get("queue"), "the queue table's path")
         position = own.get("startingPosition")

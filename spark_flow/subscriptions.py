@@ -1,33 +1,29 @@
 """The subscriptions of one queue: ack positions and flow state, in a small Delta table.
 
 One row per subscription. Consumers move ``position`` forward (the last queue version they
-acknowledged), gates record flow transitions. Every change is a Delta MERGE through
-``deltalake``, so it is atomic on any storage Delta supports, needs no SparkSession (it runs in
-Python data source workers) and no lock: monotonic or compare-and-set predicates make a
-replayed or raced update harmless, and a conflicting commit is retried.
+acknowledged), gates record flow transitions. Every change is a MERGE into a
+:class:`~spark_flow.tables.StateTable` whose monotonic or compare-and-set predicate makes a
+replayed or raced update harmless: no lock, and no SparkSession (it runs in Python data source
+workers).
 """
 
 from __future__ import annotations
 
 import os
 import socket
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
-from spark_flow.exceptions import SubscriptionInUseError, SubscriptionNotFoundError
+from spark_flow.exceptions import QueueNotFoundError, SubscriptionInUseError, SubscriptionNotFoundError
+from spark_flow.tables import StateTable, sql_string
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from deltalake import DeltaTable
     from deltalake.table import TableMerger
 
-T = TypeVar("T")
-
 DEFAULT_SUBSCRIPTION = "default"
-_RETRIES = 50
 
 
 @dataclass(frozen=True)
@@ -76,18 +72,6 @@ def _schema() -> pa.Schema:
     )
 
 
-def retry_commit(action: Callable[[], T]) -> T:
-    """Run a Delta commit, retrying when a concurrent commit conflicts with it."""
-    from deltalake.exceptions import CommitFailedError
-
-    for attempt in range(_RETRIES):
-        try:
-            return action()
-        except CommitFailedError:
-            time.sleep(min(0.01 * 2**attempt, 0.5))
-    return action()
-
-
 _PROCESS = f"{socket.gethostname()}:{os.getpid()}"
 
 
@@ -119,39 +103,19 @@ class SubscriptionTable:
     def __init__(self, location: str, queue: str, storage_options: Mapping[str, str] | None = None) -> None:
         self.location = location
         self.queue = queue
-        self._storage_options = dict(storage_options or {})
-        self._table: DeltaTable | None = None
+        self._table = StateTable(location, storage_options)
         self._listed: tuple[int, list[Subscription]] = (-1, [])  # the last list read, by table version
-
-    def _open(self) -> DeltaTable:
-        from deltalake import DeltaTable
-
-        if self._table is None:
-            self._table = DeltaTable(self.location, storage_options=self._storage_options or None)
-        else:
-            self._table.update_incremental()
-        return self._table
 
     def create_table(self) -> bool:
         """Create the table if it is not there yet; True if this call created it."""
-        from deltalake import DeltaTable, write_deltalake
-
-        if DeltaTable.is_deltatable(self.location, storage_options=self._storage_options or None):
-            return False
-        try:
-            write_deltalake(self.location, _schema().empty_table(), mode="error",
-                            storage_options=self._storage_options or None)
-            return True
-        except Exception:
-            # Another process created it first; that is fine as long as it exists now.
-            if not DeltaTable.is_deltatable(self.location, storage_options=self._storage_options or None):
-                raise
-            return False
+        return self._table.create(_schema().empty_table())
 
     def list(self) -> list[Subscription]:
         """Every subscription, by name; the table is read again only when it has a new version
         (a gate lists them on every look at the queue)."""
-        table = self._open()
+        table = self._table.open()
+        if table is None:
+            raise QueueNotFoundError(self.queue, f"its subscriptions table at {self.location} is missing: declare it again")
         version = table.version()
         if self._listed[0] != version:
             rows = table.to_pyarrow_table().to_pylist()
@@ -178,7 +142,7 @@ class SubscriptionTable:
     def drop(self, name: str) -> None:
         """Drop a subscription: it no longer counts in the queue's depth."""
         self.get(name)
-        retry_commit(lambda: self._open().delete(f"name = '{name.replace(chr(39), chr(39) * 2)}'"))
+        self._table.delete(f"name = {sql_string(name)}")
 
     def acknowledge(self, name: str, position: int, discarded: int = 0, reader: str | None = None) -> bool:
         """Move ``name`` forward to ``position``, never backward; True if it moved.
@@ -250,13 +214,7 @@ class SubscriptionTable:
         return metrics["num_target_rows_updated"] > 0
 
     def _merge(self, row: dict[str, Any], clauses: Callable[[TableMerger], TableMerger]) -> dict[str, Any]:
-        """MERGE one row keyed by name, rebuilt on a fresh snapshot after a conflict."""
+        """MERGE one row keyed by name."""
         import pyarrow as pa
 
-        source = pa.Table.from_pylist([row])
-
-        def attempt() -> dict[str, Any]:
-            merger = self._open().merge(source, predicate="t.name = s.name", source_alias="s", target_alias="t")
-            return clauses(merger).execute()
-
-        return retry_commit(attempt)
+        return self._table.merge(pa.Table.from_pylist([row]), "t.name = s.name", clauses)

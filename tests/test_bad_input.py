@@ -27,6 +27,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from spark_flow.exceptions import (
     ConfigurationError,
+    PositionOutOfRangeError,
     QueueFullError,
     QueueNotFoundError,
     QueueSettingError,
@@ -375,7 +376,7 @@ CASES = [
     case("depth of an unknown subscription", lambda w: w.events.depth("nobody"), SubscriptionNotFoundError,
          "subscription 'nobody' does not exist on queue 'events'"),
     case("acknowledge beyond the queue's end", lambda w: w.events.acknowledge("default", w.events.refresh() + 100),
-         ConfigurationError, "position"),
+         PositionOutOfRangeError, "cannot acknowledge up to position .*allowed is a queue version <="),
 ]
 
 

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
+from spark_flow.admin import FlowAdmin
 from spark_flow.cli import main
-from spark_flow.status import FlowAdmin, append_history
+from spark_flow.status import append_history
 
 
 @pytest.fixture

@@ -11,13 +11,14 @@ import pytest
 from pyspark.sql import SparkSession
 from streams import is_held, spark_conf, start_consumer, start_producer, wait_until
 
-from spark_flow.controller import ControllerState, start_controller, step
+from spark_flow.admin import FlowAdmin
+from spark_flow.controller import start_controller
 from spark_flow.exceptions import ConfigurationError, QueueNotFoundError, UnknownKeyError
+from spark_flow.flowstep import ControllerState, step
 from spark_flow.queue import Queue, declare
 from spark_flow.sink import QueueSink
 from spark_flow.source import read_queue
 from spark_flow.state import Thresholds
-from spark_flow.status import FlowAdmin
 
 SCHEMA = "id BIGINT, body STRING"
 
@@ -337,7 +338,7 @@ class TestBadCommands:
         (lambda a: a.set("orders.eu", resumeCount=9), ConfigurationError, "resumeCount='9'.*<= flow.stopCount=5"),
         (lambda a: a.set("orders.eu", stopCont=3), UnknownKeyError, "stopCont.*Did you mean 'stopCount'"),
         (lambda a: a.set("orders.eu", producersStopped="true"), ConfigurationError, "producersStopped.*stop-producers"),
-        (lambda a: a.set("orders.eu", capacity=5), ConfigurationError, "capacity is a producer's setting"),
+        (lambda a: a.set("orders.eu", capacity=5), ConfigurationError, "capacity is a producer setting"),
         (lambda a: a.set("orders.eu", policy="drop"), ConfigurationError, "policy='drop'.*one of flow, ring"),
         (lambda a: a.set("orders.eu", policy="ring"), ConfigurationError, "policy='ring'.*maxCount or maxSize"),
         (lambda a: a.set("orders.eu", maxCount=3), ConfigurationError, r"flow.stopCount='5'.*<= maxCount=3"),
@@ -401,8 +402,7 @@ def test_plot_points_take_the_depth_of_each_transition_between_samples() -> None
     producers held on the transition points after it; records older than the first sample are left out."""
     from datetime import UTC, datetime, timedelta
 
-    from spark_flow.plot import Sample
-    from spark_flow.status import depth_points
+    from spark_flow.plot import Sample, depth_points
 
     t0 = datetime(2026, 11, 23, tzinfo=UTC)
 

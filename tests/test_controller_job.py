@@ -9,8 +9,8 @@ import pytest
 from pyspark.sql import SparkSession
 from test_jobs import failure, progress, spark_submit
 
+from spark_flow.admin import FlowAdmin
 from spark_flow.queue import declare
-from spark_flow.status import FlowAdmin
 
 pytestmark = pytest.mark.e2e
 

@@ -29,10 +29,10 @@ import pytest
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
+from spark_flow.admin import FlowAdmin
 from spark_flow.home import control_path
 from spark_flow.queue import Queue, declare, purge_acknowledged
 from spark_flow.sink import QueueSink
-from spark_flow.status import FlowAdmin
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 

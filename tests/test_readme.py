@@ -21,8 +21,8 @@ from pyspark.sql import SparkSession
 from test_controller import assert_transitions_follow_thresholds
 from test_jobs import ROOT, failure, progress
 
+from spark_flow.admin import FlowAdmin
 from spark_flow.queue import Queue
-from spark_flow.status import FlowAdmin
 
 pytestmark = pytest.mark.e2e
 

@@ -1,0 +1,169 @@
+"""The operator's API over a home: :class:`FlowAdmin` (the ``spark-flow`` CLI and notebooks use
+it). It reads the registry, status and history tables, and issues commands the controller
+applies; it needs no SparkSession.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from spark_flow.commands import ALL_QUEUES, CommandLog, command_settings, with_settings
+from spark_flow.config import QUEUE_KEYS, pattern_matches, queue_setting, queue_settings
+from spark_flow.exceptions import ConfigurationError, HistoryNotFoundError, QueueNotFoundError
+from spark_flow.home import Registry, control_path
+from spark_flow.names import normalize_path
+from spark_flow.queue import Queue, open_queue
+from spark_flow.status import status_schema
+from spark_flow.subscriptions import DEFAULT_SUBSCRIPTION, Subscription
+from spark_flow.tables import StateTable
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+#: Queue settings an operator can ``set``: ``producersStopped`` has its own commands.
+SETTABLE = tuple(name for name in QUEUE_KEYS if name != "producersStopped")
+
+
+class FlowAdmin:
+    """The operator's view of a home: queues, status, history, and commands to the controller.
+
+    Parameters
+    ----------
+    home : str
+        The control plane's location (``spark.flow.home``).
+    storage_options : mapping, optional
+        deltalake storage options (object store credentials).
+
+    Examples
+    --------
+    >>> admin = FlowAdmin("/data/flow")
+    >>> admin.status()                            # a pandas DataFrame, one row per queue/subscription
+    >>> admin.stop_producers("events")            # hold every producer of queue events
+    >>> admin.set("events", stopCount=900, resumeCount=500)
+    >>> admin.plot("events", "/tmp/events.png")
+    """
+
+    def __init__(self, home: str, storage_options: Mapping[str, str] | None = None) -> None:
+        self.home = normalize_path(home)
+        self.storage_options = dict(storage_options or {})
+        self.registry = Registry(self.home, self.storage_options)
+        self.commands = CommandLog(self.home, self.storage_options)
+        self._status = StateTable(control_path(self.home, "status"), self.storage_options)
+        self._history = StateTable(control_path(self.home, "history"), self.storage_options)
+
+    def queues(self) -> dict[str, str]:
+        """The registered queues: name -> table location."""
+        return self.registry.queues()
+
+    def register(self, path: str) -> Queue:
+        """Register the queue declared at ``path`` (queues declared with ``spark.flow.home`` set
+        are registered already)."""
+        queue = Queue(path, self.storage_options)
+        self.registry.register(queue.name, queue.path)
+        return queue
+
+    def queue(self, name: str) -> Queue:
+        """The handle of registered queue ``name``."""
+        queues = self.queues()
+        if name not in queues:
+            raise QueueNotFoundError(name, f"not registered in {self.home}: allowed is one of "
+                                           f"{', '.join(map(repr, queues)) or 'none (declare one)'}")
+        return open_queue(queues[name], self.storage_options)
+
+    def matching(self, target: str) -> list[str]:
+        """The registered queues a target names: a queue name or an ActiveMQ-style pattern
+        (``*`` one segment, a trailing ``>`` the rest; ``>`` alone is every queue)."""
+        queues = self.queues()
+        names = [name for name in queues if name == target or pattern_matches(target, name)]
+        if not names:
+            raise QueueNotFoundError(target, "no registered queue matches: allowed is a queue name or pattern "
+                                             f"matching one of {', '.join(map(repr, queues)) or 'none'}")
+        return names
+
+    def subscriptions(self, queue: str) -> list[Subscription]:
+        """The subscriptions of ``queue``: positions and flow state."""
+        return self.queue(queue).subscriptions.list()
+
+    def stop_producers(self, target: str = ALL_QUEUES) -> int:
+        """Hold every producer of the queues ``target`` names, whatever their depth; returns the
+        command id. The controller applies it; gates obey it from their next look."""
+        self.matching(target)
+        return self.commands.append("stop-producers", target)
+
+    def start_producers(self, target: str = ALL_QUEUES) -> int:
+        """Undo :meth:`stop_producers`; the queues' thresholds decide again."""
+        self.matching(target)
+        return self.commands.append("start-producers", target)
+
+    def set(self, target: str, settings: Mapping[str, Any] | None = None, **more: Any) -> int:
+        """Change settings (``stopCount=900``, ``resumeSize="8m"``, ``policy="ring"``) of the
+        queues ``target`` names at run time; returns the command id. Each queue's settings as
+        they will be, with the commands issued before this one, are checked whole before the
+        command is written: a change that would make a queue invalid is refused here."""
+        wanted = {**dict(settings or {}), **more}
+        if not wanted:
+            raise ConfigurationError("settings", wanted, "at least one setting, e.g. stopCount=900")
+        return self._change("set", target, {_settable(key, value): str(value) for key, value in wanted.items()})
+
+    def unset(self, target: str, *keys: str) -> int:
+        """Remove run-time settings of the queues ``target`` names: each goes back to the value
+        recorded with the queue (its table property) or the default; returns the command id."""
+        if not keys:
+            raise ConfigurationError("keys", keys, "at least one setting to remove, e.g. stopCount")
+        return self._change("unset", target, {_settable(key, None): None for key in keys})
+
+    def _change(self, command: str, target: str, changes: Mapping[str, str | None]) -> int:
+        for name in self.matching(target):
+            queue = self.queue(name)
+            runtime = with_settings(self._pending(queue), changes)
+            queue_settings(name, queue.properties(), runtime)
+        return self.commands.append(command, target, changes)
+
+    def _pending(self, queue: Queue) -> dict[str, str]:
+        """A queue's run-time settings once the commands issued and not yet applied are."""
+        runtime = queue.overrides.settings()
+        for command in self.commands.read(queue.overrides.applied()):
+            if command.target == queue.name or pattern_matches(command.target, queue.name):
+                runtime = with_settings(runtime, command_settings(command.command, command.settings))
+        return runtime
+
+    def status(self, target: str | None = None) -> pd.DataFrame:
+        """The status table (as the controller last wrote it), optionally for the queues ``target`` names."""
+        import pandas as pd
+
+        rows = self._status.rows()
+        frame = pd.DataFrame(rows, columns=status_schema().names)
+        if target is not None:
+            names = self.matching(target)
+            frame = frame[frame["queue"].isin(names)]
+        return frame.sort_values(["queue", "subscription"]).reset_index(drop=True)
+
+    def history(self, queue: str, subscription: str = DEFAULT_SUBSCRIPTION) -> list[dict[str, Any]]:
+        """The controller's samples and events for one subscription, oldest first."""
+        self.queue(queue)
+        rows = self._history.rows()
+        mine = [r for r in rows if r["queue"] == queue and r["subscription"] in (subscription, "")]
+        return sorted(mine, key=lambda r: r["time"])
+
+    def plot(self, queue: str, path: str | Path, subscription: str = DEFAULT_SUBSCRIPTION) -> Path:
+        """A PNG of the subscription's depth against its thresholds over time, stopped intervals shaded."""
+        from spark_flow.plot import depth_points, plot_depth
+
+        samples = [r for r in self.history(queue, subscription) if r["event"] == "sample"]
+        if not samples:
+            raise HistoryNotFoundError(f"queue {queue!r}: the history in {self.home} has no samples of subscription "
+                                       f"{subscription!r} yet: is the controller running?")
+        transitions = [r for r in self.queue(queue).history.read() if r["subscription"] == subscription]
+        return plot_depth(depth_points(samples, transitions), None, path,
+                          title=f"queue {queue!r}, subscription {subscription!r}")
+
+
+def _settable(key: str, value: Any) -> str:
+    """The queue setting a ``set`` or ``unset`` key names (``stopCount``, ``flow.stopCount``,
+    ``qpid.flow_stop_count``); producer settings and operator states are refused."""
+    if queue_setting(key, value, QUEUE_KEYS) == "producersStopped":
+        raise ConfigurationError(key, value, "a queue setting: " + ", ".join(SETTABLE),
+                                 "producersStopped has its own commands, stop-producers and start-producers")
+    return queue_setting(key, value, SETTABLE)

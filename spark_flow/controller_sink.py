@@ -1,0 +1,123 @@
+"""The controller's foreachBatch: it applies operator commands, records the controller's own
+transitions, evicts stalled subscriptions (``stalledConsumerPolicy=skip``) and writes the
+status and history tables. Every write is safe to repeat, so a replayed batch changes nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from spark_flow.commands import command_settings, with_settings
+from spark_flow.config import queue_settings
+from spark_flow.exceptions import SubscriptionNotFoundError
+from spark_flow.ledger import Depth
+from spark_flow.observation import now_ms
+from spark_flow.queue import open_queue
+from spark_flow.state import FlowState, Thresholds
+from spark_flow.status import append_history, write_status
+from spark_flow.subscriptions import Subscription
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+log = logging.getLogger("spark_flow.controller")
+
+
+class ControllerSink:
+    """foreachBatch of the controller. Every write is safe to repeat: commands apply by id
+    (an older id never overwrites a newer one), transitions are compare-and-set, status rows
+    are upserts, and history is appended once per batch id (a Delta app transaction)."""
+
+    def __init__(self, home: str) -> None:
+        self.home = home
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        rows = batch.toArrow().to_pylist()
+        query_id = batch.sparkSession.sparkContext.getLocalProperty("sql.streaming.queryId")
+        history = []
+        for row in sorted((r for r in rows if r["kind"] == "command"), key=lambda r: r["command_id"]):
+            history.append(self._apply(row))
+        statuses = [r for r in rows if r["kind"] == "status"]
+        for row in statuses:
+            self._transition(row)
+            if row["event"] == "evict":
+                open_queue(row["path"]).acknowledge(row["subscription"], row["latest"], discarded=row["depth_count"])
+        events = [r for r in rows if r["kind"] == "event"]
+        for row in events:
+            log.info("queue %r subscription %r %s (%s): depth %d, flowStoppedCount %d", row["queue"],
+                     row["subscription"], row["event"].upper(), row["detail"], row["depth_count"],
+                     row["flow_stopped_count"])
+        write_status(self.home, [_status_row(r) for r in statuses],
+                     [(r["queue"], r["subscription"]) for r in rows if r["kind"] == "gone"])
+        history += [_history_row(r, "sample") for r in statuses] + [_history_row(r, r["event"]) for r in events]
+        append_history(self.home, history, f"spark-flow-controller/{query_id}", batch_id)
+
+    def _apply(self, row: Mapping[str, Any]) -> dict[str, Any]:
+        """Apply one command to one queue; an error is recorded, not raised (it was checked when
+        issued). The queue's settings as they will be are checked whole before anything is
+        written, so a command is applied whole or not at all."""
+        issued = json.loads(row["settings"] or "{}")
+        detail = f"command {row['command_id']}: {row['command']} {json.dumps(issued) if issued else ''}".strip()
+        settings = command_settings(row["command"], issued)
+        try:
+            if row["path"] is None:
+                raise LookupError(f"no registered queue matches {row['queue']!r}")
+            queue = open_queue(row["path"])
+            if row["command_id"] > queue.overrides.applied():  # a replayed batch's commands are in already
+                queue_settings(queue.name, queue.properties(), with_settings(queue.overrides.settings(), settings))
+                queue.overrides.apply(settings, row["command_id"])
+            log.info("queue %r: applied %s", row["queue"], detail)
+            event = "command"
+        except Exception as error:
+            log.error("queue %r: %s failed: %s", row["queue"], detail, error)
+            event, detail = "command-failed", f"{detail}: {error}"
+        return _history_row({**row, "time": row["time"] or now_ms()}, event, detail)
+
+    @staticmethod
+    def _transition(row: Mapping[str, Any]) -> None:
+        """Record the controller's transition in the subscriptions table, if nobody did yet, and
+        make sure the queue's history has the row of the state it adopted and of its own."""
+        queue = open_queue(row["path"])
+        depth = Depth(row["depth_count"], row["depth_size"])
+        thresholds = Thresholds(row["stop_count"], row["resume_count"], row["stop_size"], row["resume_size"])
+        before = Subscription(row["subscription"], row["position"], row["recorded_stopped"], row["recorded_count"])
+        after = FlowState(row["flow_stopped"], row["flow_stopped_count"])
+        changed = after != FlowState(before.flow_stopped, before.flow_stopped_count) and queue.transition(
+            before, after, depth, thresholds)
+        state = after if changed else FlowState(before.flow_stopped, before.flow_stopped_count)
+        if queue.history.unconfirmed(before.name, state.flow_stopped, state.flow_stopped_count):
+            # read the row as it is now, with its creation time (its history counts from there)
+            with contextlib.suppress(SubscriptionNotFoundError):
+                queue.history.ensure(queue.subscriptions.get(before.name), depth, thresholds)
+
+
+def _ts(ms: int | None) -> Any:
+    return None if ms is None else datetime.fromtimestamp(ms / 1000, UTC)
+
+
+def _status_row(row: Mapping[str, Any]) -> dict[str, Any]:
+    oldest = row["oldest_enqueue"]
+    return {
+        **{k: row[k] for k in ("queue", "subscription", "depth_count", "depth_size", "stop_count", "resume_count",
+                               "stop_size", "resume_size", "flow_stopped", "flow_stopped_count",
+                               "producers_stopped", "position", "latest")},
+        "last_transition": _ts(row["last_transition"]),
+        "oldest_message_age_seconds": None if oldest is None else max(0.0, (row["time"] - oldest) / 1000),
+        "consumer_stalled": row["stalled"],
+        "producers_held": bool(row["flow_stopped"] or row["producers_stopped"]),
+        "held_since": _ts(row["held_since"]), "updated_at": _ts(row["time"]),
+    }
+
+
+def _history_row(row: Mapping[str, Any], event: str, detail: str | None = None) -> dict[str, Any]:
+    return {
+        **{k: row.get(k) for k in ("queue", "depth_count", "depth_size", "stop_count", "resume_count", "stop_size",
+                                   "resume_size", "flow_stopped", "flow_stopped_count", "producers_stopped")},
+        "time": _ts(row["time"]), "subscription": row.get("subscription") or "", "event": event,
+        "detail": detail if detail is not None else row.get("detail"),
+    }

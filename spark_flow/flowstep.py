@@ -1,0 +1,171 @@
+"""The controller's flow state machine per queue and subscription: a pure step over one
+observation, and the function ``applyInPandasWithState`` runs with it.
+
+The step adopts the flow state the subscriptions table shows (gates may have moved it), steps
+the machine with the observed depth, follows each consumer's progress (stalled, recovered,
+evicted) and emits a status row and events. No I/O: the rule is tested directly, and a
+replayed batch decides the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import astuple, dataclass
+from typing import TYPE_CHECKING, Any
+
+from spark_flow.observation import COMMANDS_KEY
+from spark_flow.state import FlowState, Thresholds
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from pyspark.sql.streaming.state import GroupState
+
+OUTPUT_SCHEMA = (
+    "kind STRING, event STRING, detail STRING, queue STRING, path STRING, subscription STRING, time BIGINT, "
+    "position BIGINT, latest BIGINT, depth_count BIGINT, depth_size BIGINT, oldest_enqueue BIGINT, "
+    "stop_count BIGINT, resume_count BIGINT, stop_size BIGINT, resume_size BIGINT, flow_stopped BOOLEAN, "
+    "flow_stopped_count BIGINT, last_transition BIGINT, producers_stopped BOOLEAN, held_since BIGINT, "
+    "stalled BOOLEAN, recorded_stopped BOOLEAN, recorded_count BIGINT, command_id BIGINT, command STRING, "
+    "settings STRING"
+)
+STATE_SCHEMA = (
+    "flow_stopped BOOLEAN, flow_stopped_count BIGINT, position BIGINT, progress_at BIGINT, stalled BOOLEAN, "
+    "held_since BIGINT"
+)
+_NONE = -1  # "no time" in the state, whose fields are not nullable across Spark versions
+
+
+@dataclass(frozen=True)
+class ControllerState:
+    """What the controller keeps per queue and subscription between micro-batches."""
+
+    flow_stopped: bool = False
+    flow_stopped_count: int = 0
+    position: int = -1
+    progress_at: int = _NONE
+    stalled: bool = False
+    held_since: int = _NONE
+
+
+class FlowStep:
+    """The function ``applyInPandasWithState`` runs per (queue, subscription) and micro-batch.
+
+    It adopts the flow state the subscriptions table shows (gates may have moved it), steps the
+    machine with the observed depth, and emits a status row, events (transitions, stalls) and,
+    for the commands key, the batch's commands in order. A key not observed for ``forget_after``
+    times out: its subscription or queue is gone, and its status row is removed.
+    """
+
+    def __init__(self, forget_after_ms: int) -> None:
+        self.forget_after_ms = forget_after_ms
+
+    def __call__(self, key: tuple, frames: Iterator[pd.DataFrame], state: GroupState) -> Iterator[pd.DataFrame]:
+        import pandas as pd
+
+        queue, subscription = key
+        if state.hasTimedOut:
+            state.remove()
+            yield _frame([{"kind": "gone", "queue": queue, "subscription": subscription,
+                           "time": state.getCurrentProcessingTimeMs()}])
+            return
+        observed = pd.concat(list(frames), ignore_index=True)
+        if subscription == COMMANDS_KEY:
+            commands = observed.sort_values("command_id")
+            yield _frame([{**row, "kind": "command", "time": row["observed_at"]} for row in _records(commands)])
+            return
+        obs = _records(observed.sort_values("observed_at"))[-1]
+        before = ControllerState(*state.get) if state.exists else None
+        after, rows = step(before, obs)
+        state.update(astuple(after))
+        state.setTimeoutDuration(self.forget_after_ms)
+        yield _frame(rows)
+
+
+def step(before: ControllerState | None, obs: Mapping[str, Any]) -> tuple[ControllerState, list[dict[str, Any]]]:
+    """One observation of one subscription: the new state, and the status and event rows.
+
+    Pure: no I/O, so the rule is tested directly and a replayed batch decides the same.
+    """
+    now = int(obs["observed_at"])
+    recorded = FlowState(bool(obs["recorded_stopped"]), int(obs["recorded_count"]))
+    thresholds = Thresholds(int(obs["stop_count"]), int(obs["resume_count"]), int(obs["stop_size"]),
+                            int(obs["resume_size"]))
+    depth_count, depth_size = int(obs["depth_count"]), int(obs["depth_size"])
+    events: list[tuple[str, str]] = []
+    if before is not None:
+        events += _recorded_events(FlowState(before.flow_stopped, before.flow_stopped_count), recorded)
+    flow = recorded.observe(thresholds, depth_count, depth_size)
+    if flow != recorded:
+        events.append(("stopped" if flow.flow_stopped else "resumed", "controller"))
+
+    position = int(obs["position"])
+    # A consumer held back by its downstream queues is not late: its clock waits with it.
+    moved = before is None or position > before.position or depth_count == 0 or bool(obs.get("backpressured"))
+    progress_at = now if moved or before.progress_at == _NONE else before.progress_at
+    timeout_ms = float(obs["stall_timeout"] or 0) * 1000
+    # A consumer is not late for messages that were not there: its clock starts at the later of
+    # its last progress and the oldest message waiting for it.
+    waiting_since = max(progress_at, int(obs["oldest_enqueue"] or 0))
+    stalled = bool(timeout_ms and depth_count > 0 and now - waiting_since >= timeout_ms)
+    was_stalled = before is not None and before.stalled
+    if stalled and not was_stalled:
+        events.append(("stalled", f"no ack for {(now - waiting_since) / 1000:.1f}s with {depth_count} messages"))
+    elif was_stalled and not stalled:
+        events.append(("recovered", "held back by a downstream queue" if obs.get("backpressured")
+                       else "acks again" if moved else "stallTimeout changed"))
+    evict = stalled and obs["stalled_policy"] == "skip"
+    if evict:
+        events.append(("evicted", f"skipped {depth_count} messages to position {obs['latest']}"))
+
+    held = flow.flow_stopped or bool(obs["producers_stopped"])
+    held_since = (before.held_since if before is not None and before.held_since != _NONE else now) if held else _NONE
+    last_transition = now if flow != recorded else obs.get("recorded_transition")
+    after = ControllerState(flow.flow_stopped, flow.flow_stopped_count, position, progress_at, stalled and not evict,
+                            held_since)
+    status = {
+        **{k: obs.get(k) for k in ("queue", "path", "subscription", "position", "latest", "depth_count",
+                                    "depth_size", "oldest_enqueue", "stop_count", "resume_count", "stop_size",
+                                    "resume_size", "producers_stopped", "recorded_stopped", "recorded_count")},
+        "kind": "status", "time": now, "flow_stopped": flow.flow_stopped,
+        "flow_stopped_count": flow.flow_stopped_count, "last_transition": last_transition,
+        "held_since": None if held_since == _NONE else held_since, "stalled": stalled,
+        "event": "evict" if evict else None,
+    }
+    event_rows = [{**status, "kind": "event", "event": event, "detail": detail} for event, detail in events]
+    return after, [status, *event_rows]
+
+
+def _recorded_events(known: FlowState, recorded: FlowState) -> list[tuple[str, str]]:
+    """Transitions gates recorded since the controller's last look."""
+    if recorded == known:
+        return []
+    events = []
+    if recorded.flow_stopped_count > known.flow_stopped_count:
+        if known.flow_stopped:
+            events.append(("resumed", "recorded by a gate"))
+        events.append(("stopped", "recorded by a gate"))
+        if not recorded.flow_stopped:
+            events.append(("resumed", "recorded by a gate"))
+    elif recorded.flow_stopped != known.flow_stopped:
+        events.append(("stopped" if recorded.flow_stopped else "resumed", "recorded by a gate"))
+    return events
+
+
+_OUTPUT_FIELDS = [part.strip().split(" ")[0] for part in OUTPUT_SCHEMA.split(",")]
+
+
+def _frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    import pandas as pd
+
+    return pd.DataFrame([{name: row.get(name) for name in _OUTPUT_FIELDS} for row in rows], columns=_OUTPUT_FIELDS)
+
+
+def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """Rows as dicts of plain Python values, pandas' missing values as None."""
+    return [{k: (None if _missing(v) else v) for k, v in row.items()} for row in frame.to_dict("records")]
+
+
+def _missing(value: Any) -> bool:
+    import pandas as pd
+
+    return value is None or (not isinstance(value, (str, bytes, list, dict)) and bool(pd.isna(value)))

@@ -1,0 +1,159 @@
+"""The controller's source, ``format("flowcontrol")``: each micro-batch, one observation per
+queue and subscription of the home's registry (depth, recorded settings, recorded flow state),
+plus the operator commands issued since the last batch.
+
+Offsets are ``{"tick": n, "commands": id}``: every trigger is a new look, and the commands up to
+``id`` belong to that batch, so a replayed batch applies the same commands.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit
+
+from spark_flow.commands import CommandLog
+from spark_flow.config import parse_count, pattern_matches, split_options
+from spark_flow.exceptions import ConfigurationError
+from spark_flow.home import Registry
+from spark_flow.names import normalize_path
+from spark_flow.queue import open_queue
+
+log = logging.getLogger("spark_flow.controller")
+
+#: The key of command rows: no subscription has an empty name.
+COMMANDS_KEY = ""
+
+OBSERVATION_SCHEMA = (
+    "kind STRING, queue STRING, path STRING, subscription STRING, observed_at BIGINT, position BIGINT, "
+    "latest BIGINT, depth_count BIGINT, depth_size BIGINT, oldest_enqueue BIGINT, stop_count BIGINT, "
+    "resume_count BIGINT, stop_size BIGINT, resume_size BIGINT, producers_stopped BOOLEAN, "
+    "stall_timeout DOUBLE, stalled_policy STRING, recorded_stopped BOOLEAN, recorded_count BIGINT, "
+    "recorded_transition BIGINT, backpressured BOOLEAN, command_id BIGINT, command STRING, settings STRING"
+)
+@dataclass(frozen=True)
+class ObservePartition(InputPartition):
+    """Queues to look at in one read task; the first task also carries the commands to apply."""
+
+    queues: tuple[tuple[str, str], ...]
+    commands_after: int = -1
+    commands_upto: int = -1
+    home: str = ""
+
+
+class FlowControlDataSource(DataSource):
+    """``spark.readStream.format("flowcontrol").option("home", home)``: one observation per queue
+    and subscription of the home's registry each micro-batch, plus the operator commands issued
+    since the last one. Options: ``home``, ``maxPartitions`` (read tasks, default 2). Each queue
+    is judged with its recorded settings, as its gates judge it."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        super().__init__(options)
+        own, _producer, _conf = split_options(options, ("home", "maxPartitions"))
+        if not own.get("home"):
+            raise ConfigurationError("home", own.get("home"), "the control plane's location (spark.flow.home)")
+        self.home = normalize_path(own["home"])
+        self.max_partitions = parse_count("maxPartitions", own.get("maxPartitions", 2), minimum=1)
+
+    @classmethod
+    def name(cls) -> str:
+        return "flowcontrol"
+
+    def schema(self) -> str:
+        return OBSERVATION_SCHEMA
+
+    def streamReader(self, schema: Any) -> ObservationReader:
+        return ObservationReader(self.home, self.max_partitions)
+
+
+class ObservationReader(DataSourceStreamReader):
+    """Offsets ``{"tick": n, "commands": id}``: every trigger is a new look, and the commands up
+    to ``id`` belong to that batch, so a replayed batch applies the same commands."""
+
+    def __init__(self, home: str, max_partitions: int) -> None:
+        self.home = home
+        self.max_partitions = max_partitions
+
+    def initialOffset(self) -> dict:
+        return {"tick": 0, "commands": -1}
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        return ReadAllAvailable()
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        return {"tick": start["tick"] + 1, "commands": max(CommandLog(self.home).latest(), start["commands"])}
+
+    def partitions(self, start: dict, end: dict) -> list[ObservePartition]:
+        queues = tuple(Registry(self.home).queues().items())
+        parts = max(1, min(self.max_partitions, len(queues)))
+        return [ObservePartition(queues[i::parts], start["commands"] if i == 0 else -1,
+                                 end["commands"] if i == 0 else -1, self.home) for i in range(parts)]
+
+    def read(self, partition: ObservePartition) -> Iterator[tuple]:
+        for name, path in partition.queues:
+            try:
+                yield from _observe(name, path)
+            except Exception as error:  # a queue dropped or unreadable: its keys time out
+                log.warning("cannot observe queue %r at %s: %s", name, path, error)
+        if partition.commands_upto > partition.commands_after:
+            names = dict(Registry(partition.home).queues())
+            for command in CommandLog(partition.home).read(partition.commands_after, partition.commands_upto):
+                targets = [n for n in names if n == command.target or pattern_matches(command.target, n)]
+                for queue in targets or [command.target]:
+                    yield _row(kind="command", queue=queue, path=names.get(queue), subscription=COMMANDS_KEY,
+                               observed_at=now_ms(), command_id=command.id, command=command.command,
+                               settings=json.dumps(dict(command.settings)))
+
+    def commit(self, end: dict) -> None:
+        """Nothing to acknowledge: observations are looked at again, commands are kept."""
+
+
+_OBSERVATION_FIELDS = [part.strip().split(" ")[0] for part in OBSERVATION_SCHEMA.split(",")]
+
+
+def _row(**values: Any) -> tuple:
+    return tuple(values.get(name) for name in _OBSERVATION_FIELDS)
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _observe(name: str, path: str) -> Iterator[tuple]:
+    """One observation per subscription of a queue: depth, the queue's recorded settings, the
+    recorded flow state."""
+    queue = open_queue(path)
+    latest = queue.refresh()
+    settings = queue.settings()
+    thresholds = settings.thresholds
+    for sub, depth in queue.backlog(refresh=False):
+        oldest = next((c.timestamp for c in queue.ledger.commits(sub.position, latest) if c.count), None)
+        transition = sub.last_transition
+        yield _row(backpressured=any(_stopped(d) for d in sub.downstream),
+            kind="observe", queue=name, path=queue.path, subscription=sub.name, observed_at=now_ms(),
+            position=sub.position, latest=latest, depth_count=depth.count, depth_size=depth.size,
+            oldest_enqueue=oldest,
+            stop_count=thresholds.stop_count, resume_count=thresholds.resume_count,
+            stop_size=thresholds.stop_size, resume_size=thresholds.resume_size,
+            producers_stopped=settings.producers_stopped, stall_timeout=settings.stall_timeout,
+            stalled_policy=settings.stalled_consumer_policy, recorded_stopped=sub.flow_stopped,
+            recorded_count=sub.flow_stopped_count,
+            recorded_transition=int(transition.timestamp() * 1000) if transition else None,
+        )
+
+
+def _stopped(path: str) -> bool:
+    """Whether the queue at ``path`` holds its producers (flow-stopped, or stopped by an operator)."""
+    try:
+        queue = open_queue(path)
+        queue.refresh()
+        return queue.settings().producers_stopped or any(s.flow_stopped for s in queue.subscriptions.list())
+    except Exception as error:  # dropped or unreadable: it holds nobody
+        log.warning("cannot look at downstream queue %s: %s", path, error)
+        return False

@@ -1,0 +1,120 @@
+"""The small Delta tables spark-flow keeps its state in, written with ``deltalake``.
+
+Subscriptions, transitions, run-time settings, the home's registry, commands, status and
+history are each a Delta table beside the queues: atomic on any storage Delta supports, and
+written without a SparkSession (they are written in Python data source workers, the CLI and
+the controller's sink). Every change is an append or a MERGE whose predicate makes a replayed
+or raced change harmless; a commit that loses a race (``CommitFailedError``) is built again on
+a fresh snapshot. The first writer creates the table; one that loses that race merges into the
+table the winner created.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from deltalake import DeltaTable
+    from deltalake.table import TableMerger
+
+T = TypeVar("T")
+
+_RETRIES = 50
+
+
+def retry_commit(action: Callable[[], T]) -> T:
+    """Run a Delta commit, again on a fresh snapshot while a concurrent commit conflicts with it."""
+    from deltalake.exceptions import CommitFailedError
+
+    for attempt in range(_RETRIES):
+        try:
+            return action()
+        except CommitFailedError:
+            time.sleep(min(0.01 * 2**attempt, 0.5))
+    return action()
+
+
+def sql_string(text: str) -> str:
+    """A string literal in a deltalake (DataFusion) predicate: a quote is doubled. Spark SQL
+    reads ``''`` as two literals run together, so Spark statements use :func:`spark_sql_string`."""
+    return "'" + text.replace("'", "''") + "'"
+
+
+def spark_sql_string(text: str) -> str:
+    """A string literal in a Spark SQL statement: a quote is escaped with a backslash."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+class StateTable:
+    """One state table at ``location``; the handle is kept and caught up, not reopened.
+
+    Parameters
+    ----------
+    location : str
+    storage_options : mapping, optional
+        deltalake storage options (object store credentials).
+    """
+
+    def __init__(self, location: str, storage_options: Mapping[str, str] | None = None) -> None:
+        self.location = location
+        self.storage_options = dict(storage_options or {})
+        self._table: DeltaTable | None = None
+
+    def open(self) -> DeltaTable | None:
+        """The table as of now, None while nobody has created it."""
+        from deltalake import DeltaTable
+
+        if self._table is not None:
+            self._table.update_incremental()
+        elif DeltaTable.is_deltatable(self.location, storage_options=self.storage_options or None):
+            self._table = DeltaTable(self.location, storage_options=self.storage_options or None)
+        return self._table
+
+    def rows(self, columns: list[str] | None = None) -> list[dict[str, Any]]:
+        """Every row (of ``columns``), none while the table does not exist."""
+        table = self.open()
+        return [] if table is None else table.to_pyarrow_table(columns=columns).to_pylist()
+
+    def create(self, rows: pa.Table) -> bool:
+        """Create the table holding ``rows``; False if it exists (another process may have
+        created it a moment ago)."""
+        from deltalake import write_deltalake
+
+        if self.open() is not None:
+            return False
+        try:
+            write_deltalake(self.location, rows, mode="error", storage_options=self.storage_options or None)
+            return True
+        except Exception:
+            if self.open() is None:  # not the race: a real failure
+                raise
+            return False
+
+    def merge(self, rows: pa.Table, predicate: str, clauses: Callable[[TableMerger], TableMerger]) -> dict[str, Any]:
+        """MERGE ``rows`` (alias ``s``) into the table (alias ``t``); return Delta's metrics."""
+
+        def attempt() -> dict[str, Any]:
+            table = self.open()
+            if table is None:
+                raise FileNotFoundError(f"no Delta table at {self.location}")
+            merger = table.merge(rows, predicate=predicate, source_alias="s", target_alias="t")
+            return clauses(merger).execute()
+
+        return retry_commit(attempt)
+
+    def delete(self, predicate: str) -> None:
+        """Delete the rows matching ``predicate``."""
+        def attempt() -> None:
+            table = self.open()
+            if table is not None:
+                table.delete(predicate)
+
+        retry_commit(attempt)
+
+    def upsert(self, rows: pa.Table, predicate: str, clauses: Callable[[TableMerger], TableMerger]) -> None:
+        """Create the table with ``rows``, or MERGE them into the existing one."""
+        if not self.create(rows):
+            self.merge(rows, predicate, clauses)
