@@ -144,7 +144,8 @@ def fmt_bool(value: bool) -> str:
 def query_active() -> Callable[[], bool]:
     """Whether the streaming query running the current foreachBatch call is still active.
 
-    Looked up in the job's own session: the batch's session does not list it (SPARK-NOTES 5).
+    Looked up in the job's own session: the session a foreachBatch function is given is a clone
+    whose ``streams`` does not list the query.
     """
     from pyspark.sql import SparkSession
 

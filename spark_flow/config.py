@@ -436,7 +436,7 @@ def session_flow_conf(spark: SparkSession) -> dict[str, str]:
 
     Read on every micro-batch (a threshold set with ``spark.conf.set`` applies from the next
     one), so only those keys cross py4j: ``spark.conf.getAll`` fetches every entry one call at a
-    time and costs ~40 ms a batch.
+    time.
     """
     jvm = spark.sparkContext._jvm
     assert jvm is not None

@@ -81,21 +81,27 @@ class ObservationReader(DataSourceStreamReader):
         self.max_partitions = max_partitions
 
     def initialOffset(self) -> dict:
+        """Before the first look, with no command applied."""
         return {"tick": 0, "commands": -1}
 
     def getDefaultReadLimit(self) -> ReadLimit:
+        """Every command issued since the last batch belongs to the next one."""
         return ReadAllAvailable()
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        """A new tick every trigger (so every trigger runs a batch that looks at every queue),
+        with the newest command id."""
         return {"tick": start["tick"] + 1, "commands": max(CommandLog(self.home).latest(), start["commands"])}
 
     def partitions(self, start: dict, end: dict) -> list[ObservePartition]:
+        """The home's queues in up to ``maxPartitions`` tasks; the first also reads the commands."""
         queues = tuple(Registry(self.home).queues().items())
         parts = max(1, min(self.max_partitions, len(queues)))
         return [ObservePartition(queues[i::parts], start["commands"] if i == 0 else -1,
                                  end["commands"] if i == 0 else -1, self.home) for i in range(parts)]
 
     def read(self, partition: ObservePartition) -> Iterator[tuple]:
+        """One observation per queue and subscription, then one row per command and queue it targets."""
         for name, path in partition.queues:
             try:
                 yield from _observe(name, path)

@@ -420,8 +420,8 @@ def _cached(batch: DataFrame) -> Iterator[DataFrame]:
     source twice (and Spark would report twice its ``numInputRows``).
 
     Cached uncompressed (set in the batch's session, the query's own, until the batch is
-    written): it is read once more, so compressing it costs more than it saves (120 against
-    200 ms for the first pass over 200,000 rows)."""
+    written): it is read once more, so compressing it costs more than it saves (the benchmark,
+    ``bench/overhead.py``, measures the sink's cost per batch)."""
     conf = batch.sparkSession.conf
     compressed = conf.get(_COMPRESSED)
     conf.set(_COMPRESSED, "false")
@@ -434,8 +434,8 @@ def _cached(batch: DataFrame) -> Iterator[DataFrame]:
 
 
 def _measure(rows: DataFrame, totals: tuple[Column, Column]) -> tuple[int, int]:
-    """Count and size the rows in one Spark stage, by observing a ``noop`` write. An aggregate
-    needs a shuffle, two jobs under AQE: 120 against 70 ms for a 20,000-row batch here."""
+    """Count and size the rows in one Spark stage, by observing a ``noop`` write: an aggregate
+    needs a shuffle, two jobs under AQE."""
     from pyspark.sql import Observation
 
     observation = Observation()
@@ -452,7 +452,8 @@ def _unpersist(rows: DataFrame) -> None:
 
 
 def _activity(query_id: str | None) -> Callable[[], bool]:
-    """Whether the query is still running, as the user's own session sees it (SPARK-NOTES 5)."""
+    """Whether the query is still running, as the user's own session sees it: the session a
+    foreachBatch function is given is a clone whose ``streams`` does not list the query."""
     if query_id is None:
         return lambda: True
     from pyspark.sql import SparkSession

@@ -5,7 +5,8 @@ means every message up to version ``v`` (the offset names queue and subscription
 name their topics, so query progress says what a consumer reads). Acknowledging moves the
 subscription's position in ``commit(end)`` and also in ``latestOffset(start, ...)``: Spark
 commits a batch to its source only when the next batch starts, and when ``latestOffset`` is
-called with ``start``, every batch up to ``start`` is complete (SPARK-NOTES 4). Without that,
+called with ``start``, every batch up to ``start`` is complete (its commit log entry is
+written before the next batch plans). Without that,
 the last batch would stay unacknowledged and a held producer would wait forever.
 
 One live query reads a subscription: it claims the subscription under a reader id carried in
@@ -183,24 +184,58 @@ class FlowQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             self._claimed = time.monotonic()
 
     def initialOffset(self) -> dict:
-        # No claim here: Spark asks for it on a restart too, then starts from the checkpoint's
-        # offsets, whose reader id latestOffset adopts and claims.
+        """Where a query without a checkpoint starts: the subscription's ack position.
+
+        Returns
+        -------
+        dict
+            The offset of that queue version (created first with ``startingPosition``).
+
+        Notes
+        -----
+        No claim here: Spark asks for it on a restart too, then starts from the checkpoint's
+        offsets, whose reader id :meth:`latestOffset` adopts and claims.
+        """
         return self._offset(self._subscription().position)
 
     def getDefaultReadLimit(self) -> ReadLimit:
+        """``maxRecordsPerTrigger`` as Spark's ``ReadMaxRows``, else everything available."""
         if self.settings.max_records is not None:
             return ReadMaxRows(self.settings.max_records)
         return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
+        """``Trigger.AvailableNow``: read up to the queue version that is the latest now, no further."""
         self._target = self._queue.refresh()
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        """The end of the next micro-batch, and the acknowledgement of every batch before it.
+
+        Parameters
+        ----------
+        start : dict
+            Where the next batch starts: the end of the last batch Spark planned.
+        limit : ReadLimit
+            ``ReadMaxRows`` admits whole commits up to that many messages (at least one commit).
+
+        Returns
+        -------
+        dict
+            ``start`` itself while there is nothing new or a downstream queue is stopped (the
+            consumer is held back by backpressure), else the offset of the last admitted version.
+
+        Notes
+        -----
+        It acknowledges up to ``start``: Spark calls this only once the batch ending at
+        ``start`` is complete, but tells the source (``commit``) only when the next batch has
+        run. Acknowledging in ``commit`` alone would leave the last batch's messages in the
+        depth while no new message arrives, and a producer held by them would wait forever.
+        """
         queue, name = self._queue, self.settings.subscription
         self._reader = start.get("reader", self._reader)
         self._claim()
         position = queue.subscriptions.get(name).position  # ahead of start when a ring discarded
-        if start["version"] > position:  # every batch up to start is complete (SPARK-NOTES 4)
+        if start["version"] > position:  # every batch up to start is complete
             queue.acknowledge(name, start["version"], reader=self._reader)
         latest = queue.refresh()
         if self._target is not None:
@@ -232,9 +267,15 @@ class FlowQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return any(Gate(queue).observe().stopped for queue in downstream)
 
     def reportLatestOffset(self) -> dict:
+        """The queue's newest version, for query progress (``latestOffset`` in the source's metrics)."""
         return self._offset(self._queue.refresh())
 
     def partitions(self, start: dict, end: dict) -> list[VersionRange]:
+        """Split the versions ``start < v <= end`` into up to ``maxPartitions`` read tasks.
+
+        A ring queue may have moved the subscription past ``start`` (it discarded the oldest
+        messages): those versions are not read.
+        """
         position = self._queue.subscriptions.get(self.settings.subscription).position
         after, upto = max(start["version"], position), end["version"]
         if upto <= after:
@@ -244,9 +285,11 @@ class FlowQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return [VersionRange(self.settings.queue, lo, hi) for lo, hi in itertools.pairwise(bounds) if hi > lo]
 
     def read(self, partition: VersionRange) -> Iterator[pa.RecordBatch]:
+        """The messages of one task's versions, from the queue's change feed, in enqueue order."""
         yield from open_queue(partition.path).read(partition.after, partition.upto).to_batches()
 
     def commit(self, end: dict) -> None:
+        """Acknowledge up to ``end``: Spark has completed the batch ending there."""
         self._queue.acknowledge(self.settings.subscription, end["version"], reader=end.get("reader", self._reader))
 
 
