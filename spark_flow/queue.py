@@ -13,7 +13,7 @@ import json
 import logging
 import posixpath
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -423,52 +423,17 @@ def declare(
     >>> q = declare(spark, "/data/queues/events", "id BIGINT, body STRING",
     ...             settings={"maxCount": 1000, "stopCount": 900, "resumeCount": 500})
     """
-    from delta.tables import DeltaTable
     from pyspark.sql.types import StructType
 
-    properties = _queue_properties(settings or {})
     ref = queue_ref(queue)
-    name = ref.name
+    properties = _queue_properties(settings or {})
     conf = session_flow_conf(spark)
-    given = {key: raw for key, raw in conf_settings(name, conf, "queue").values()}
+    given = {key: raw for key, raw in conf_settings(ref.name, conf, "queue").values()}
     wanted = StructType.fromDDL(schema) if isinstance(schema, str) else schema
-    target = ref.sql
-
     if _table_exists(spark, ref):
-        existing = (spark.read.format("delta").load(ref.path) if ref.path else spark.table(queue)).schema
-        if wanted is not None and _columns(existing) != _columns(wanted):
-            raise SchemaMismatchError(name, existing.simpleString(), wanted.simpleString(),
-                                      "the existing table's columns differ from the declared schema")
-        current = DeltaTable.forPath(spark, ref.path) if ref.path else DeltaTable.forName(spark, queue)
-        detail = current.detail().first()
-        has, location = detail["properties"], normalize_path(detail["location"])
-        state = has.get(STATE_LOCATION) or _state_location(state_location, conf, name, location)
-        runtime = OverrideTable(posixpath.join(state, "overrides")).settings()
-        recorded = {setting_name(k) for k in [*has, *properties, *runtime] if is_setting(k)}
-        missing = {key: raw for key, raw in given.items() if setting_name(key) not in recorded}
-        queue_settings(name, has, missing, properties, runtime)  # the whole as it will be, before any write
-        properties.setdefault(QUEUE_NAME, has.get(QUEUE_NAME, name))
-        properties.setdefault(STATE_LOCATION, state)
-        properties["delta.enableChangeDataFeed"] = "true"
-        if any(has.get(k) != v for k, v in properties.items()):
-            spark.sql(f"ALTER TABLE {target} SET TBLPROPERTIES ({_sql_properties(properties)})")
+        location = _adopt(spark, ref, wanted, properties, given, _state_location(state_location, conf, ref.name))
     else:
-        if wanted is None:
-            raise QueueNotFoundError(name, "it does not exist yet, and a schema is needed to create it")
-        queue_settings(name, given, properties)  # every bad value fails before any write
-        if ref.path and _path_has_files(spark, ref.path):
-            raise QueueNotFoundError(queue, "the path holds files that are not a Delta table; "
-                                            "declare a queue on an empty path or on a Delta table")
-        properties = {**_queue_properties(given), **properties}
-        builder = DeltaTable.createIfNotExists(spark)
-        builder = builder.location(ref.path) if ref.path else builder.tableName(queue)
-        builder = builder.addColumns(wanted).property("delta.enableChangeDataFeed", "true").property(QUEUE_NAME, name)
-        for key, value in properties.items():
-            builder = builder.property(key, value)
-        table = builder.execute()
-        location = normalize_path(table.detail().first()["location"])
-        spark.sql(f"ALTER TABLE {target} SET TBLPROPERTIES "
-                  f"({_sql_properties({STATE_LOCATION: _state_location(state_location, conf, name, location)})})")
+        location = _create(spark, ref, wanted, properties, given, _state_location(state_location, conf, ref.name))
     handle = Queue(location)
     if handle.subscriptions.create_table():  # a new queue; a declared one keeps its subscriptions
         handle.subscriptions.create(DEFAULT_SUBSCRIPTION, -1)
@@ -480,12 +445,65 @@ def declare(
     return handle
 
 
-def _state_location(given: str | None, conf: Mapping[str, str], name: str, location: str) -> str:
-    if given:
-        return normalize_path(given)
-    if conf.get(HOME_CONF):
-        return posixpath.join(normalize_path(conf[HOME_CONF]), name)
-    return posixpath.join(location, "_flow")
+def _adopt(spark: SparkSession, ref: QueueRef, wanted: StructType | None, properties: dict[str, str],
+           given: Mapping[str, Any], state_location: Callable[[str], str]) -> str:
+    """Declare an existing Delta table a queue (again): its columns must be the declared ones;
+    the settings given are recorded, and the conf's where the queue has none. Returns its location."""
+    from delta.tables import DeltaTable
+
+    existing = (spark.read.format("delta").load(ref.path) if ref.path else spark.table(ref.sql)).schema
+    if wanted is not None and _columns(existing) != _columns(wanted):
+        raise SchemaMismatchError(ref.name, existing.simpleString(), wanted.simpleString(),
+                                  "the existing table's columns differ from the declared schema")
+    current = DeltaTable.forPath(spark, ref.path) if ref.path else DeltaTable.forName(spark, ref.sql)
+    detail = current.detail().first()
+    has, location = detail["properties"], normalize_path(detail["location"])
+    state = has.get(STATE_LOCATION) or state_location(location)
+    runtime = OverrideTable(posixpath.join(state, "overrides")).settings()
+    recorded = {setting_name(k) for k in [*has, *properties, *runtime] if is_setting(k)}
+    missing = {key: raw for key, raw in given.items() if setting_name(key) not in recorded}
+    queue_settings(ref.name, has, missing, properties, runtime)  # the whole as it will be, before any write
+    properties.setdefault(QUEUE_NAME, has.get(QUEUE_NAME, ref.name))
+    properties.setdefault(STATE_LOCATION, state)
+    properties["delta.enableChangeDataFeed"] = "true"
+    if any(has.get(k) != v for k, v in properties.items()):
+        spark.sql(f"ALTER TABLE {ref.sql} SET TBLPROPERTIES ({_sql_properties(properties)})")
+    return location
+
+
+def _create(spark: SparkSession, ref: QueueRef, wanted: StructType | None, properties: dict[str, str],
+            given: Mapping[str, Any], state_location: Callable[[str], str]) -> str:
+    """Create a queue: a Delta table with Change Data Feed on and its settings as properties
+    (the given ones over the conf's). Returns its location."""
+    from delta.tables import DeltaTable
+
+    if wanted is None:
+        raise QueueNotFoundError(ref.name, "it does not exist yet, and a schema is needed to create it")
+    queue_settings(ref.name, given, properties)  # every bad value fails before any write
+    if ref.path and _path_has_files(spark, ref.path):
+        raise QueueNotFoundError(ref.path, "the path holds files that are not a Delta table; "
+                                           "declare a queue on an empty path or on a Delta table")
+    builder = DeltaTable.createIfNotExists(spark)
+    builder = builder.location(ref.path) if ref.path else builder.tableName(ref.sql)
+    builder = builder.addColumns(wanted).property("delta.enableChangeDataFeed", "true").property(QUEUE_NAME, ref.name)
+    for key, value in {**_queue_properties(given), **properties}.items():
+        builder = builder.property(key, value)
+    location = normalize_path(builder.execute().detail().first()["location"])
+    spark.sql(f"ALTER TABLE {ref.sql} SET TBLPROPERTIES ({_sql_properties({STATE_LOCATION: state_location(location)})})")
+    return location
+
+
+def _state_location(given: str | None, conf: Mapping[str, str], name: str) -> Callable[[str], str]:
+    """Where a queue at a location keeps its state: ``state_location`` as given, else
+    ``<home>/<name>`` with a home, else ``_flow`` inside the table's directory."""
+    def at(location: str) -> str:
+        if given:
+            return normalize_path(given)
+        if conf.get(HOME_CONF):
+            return posixpath.join(normalize_path(conf[HOME_CONF]), name)
+        return posixpath.join(location, "_flow")
+
+    return at
 
 
 def _columns(schema: StructType) -> list[tuple[str, str]]:
