@@ -60,10 +60,11 @@ def spark() -> Iterator[SparkSession]:
 
 
 @pytest.fixture(scope="module", autouse=True)
-def no_query_outlives_its_module(spark: SparkSession) -> Iterator[None]:
+def no_query_outlives_its_module() -> Iterator[None]:
     """Stop streaming queries a module left running: a forgotten query would go on taking one of
-    the two cores from every test after it."""
+    the two cores from every test after it. (A module without Spark starts no session here.)"""
     yield
-    for query in spark.streams.active:
+    spark = SparkSession.getActiveSession()
+    for query in spark.streams.active if spark is not None else []:
         print(f"\nstopping query {query.name or query.id}, left running by a test module")
         query.stop()
