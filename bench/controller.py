@@ -10,20 +10,24 @@ with the time per queue. Writes bench/controller.json and bench/controller.png.
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import shutil
 import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from _report import figure, local_conf, machine, parser, write_report
 
 from spark_flow import declare, get_spark
 from spark_flow.admin import FlowAdmin
 from spark_flow.controller import start_controller
 from spark_flow.home import Registry
 from spark_flow.queue import Queue
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
 def copy_queue(template: Queue, path: str, name: str) -> None:
@@ -40,18 +44,18 @@ def copy_queue(template: Queue, path: str, name: str) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", type=int, nargs="+", default=[1, 100, 1000])
-    parser.add_argument("--batches", type=int, default=5, help="controller batches timed per size (after the first)")
-    parser.add_argument("--out", default="bench/controller.json")
-    args = parser.parse_args()
-    spark = get_spark({"spark.sql.shuffle.partitions": "2"})
+    options = parser(__doc__, "bench/controller.json")
+    options.add_argument("--sizes", type=int, nargs="+", default=[1, 100, 1000])
+    options.add_argument("--batches", type=int, default=5, help="controller batches timed per size (after the first)")
+    args = options.parse_args()
+    report = {"machine": machine(), "results": {}}
+    spark = get_spark(local_conf(2))
     spark.sparkContext.setLogLevel("ERROR")
     template = declare(spark, str(Path(tempfile.mkdtemp(prefix="spark-flow-bench-template-")) / "template"),
                        "id BIGINT, body STRING", settings={"stopCount": 2, "resumeCount": 1})
     spark.range(3).selectExpr("id", "'m' AS body").write.format("delta").mode("append").save(template.path)
     base = Path(tempfile.mkdtemp(prefix="spark-flow-bench-controller-"))
-    results = {}
+    results = report["results"]
     for size in args.sizes:
         home = str(base / f"home{size}")
         registry = Registry(home)
@@ -73,26 +77,18 @@ def main() -> None:
                          "median_batch_seconds": round(median, 3), "ms_per_queue": round(1000 * median / size, 2),
                          "queues_flow_stopped_in_status": int(stopped)}
         print(json.dumps(results[size]))
-    report = {"machine": {"cpus": os.cpu_count(), "loadavg_at_start": os.getloadavg()}, "results": results}
-    Path(args.out).write_text(json.dumps(report, indent=2))
-    plot(results, Path(args.out).with_suffix(".png"))
+    write_report(args.out, report, plot(results))
 
 
-def plot(results: dict[int, dict], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+def plot(results: dict[int, dict]) -> Figure:
     sizes = sorted(results)
-    fig, ax = plt.subplots(figsize=(6, 4), dpi=110)
+    fig, ax = figure(figsize=(6, 4))
     ax.plot(sizes, [results[s]["median_batch_seconds"] for s in sizes], marker="o")
     ax.set_xscale("log")
     ax.set_xlabel("queues watched")
     ax.set_ylabel("controller micro-batch (s, median)")
     ax.set_title("flow controller: batch time against queues")
-    fig.tight_layout()
-    fig.savefig(path)
+    return fig
 
 
 if __name__ == "__main__":

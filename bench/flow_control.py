@@ -44,16 +44,16 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import shutil
 import statistics
 import tempfile
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from _report import SlowConsumer, figure, local_conf, machine, parser, write_report
 from pyspark.sql import DataFrame, SparkSession
 
 from spark_flow import Queue, QueueSink, declare, get_spark, read_queue
@@ -62,6 +62,9 @@ BODY_BYTES = 100
 MESSAGE_BYTES = 8 + 8 + BODY_BYTES  # id BIGINT, event_time TIMESTAMP, body STRING (as the sink sizes it)
 SCHEMA = "id BIGINT, event_time TIMESTAMP, body STRING"
 VARIANTS = ("no_control", "rate_limit", "spark_flow")
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
 @dataclass
@@ -85,32 +88,25 @@ class Sample:
         return self.fed - self.written
 
 
-@dataclass
-class Consumer:
-    """The slow consumer: a foreachBatch function that pays ``row_cost`` seconds per row, then
-    appends the rows with their write time to a Delta table (with deltalake, no extra Spark job)."""
+class Consumer(SlowConsumer):
+    """The slow consumer (jobs/_common.py's): ``row_cost`` seconds of work per row, then the batch
+    appended to a Delta table exactly once; each row's latency taken when its batch is written."""
 
-    output: str
-    row_cost: float
-    consumed: int = 0
-    latencies_ms: list[float] = field(default_factory=list)
-    batches: int = 0
+    def __init__(self, output: str, row_cost: float) -> None:
+        super().__init__(output, row_cost)
+        self.latencies_ms: list[float] = []
+        self._event_us: list[int] = []
 
-    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+    def read(self, batch: DataFrame) -> int:
         import pyarrow as pa
-        from deltalake import write_deltalake
 
-        rows = batch.select("id", "event_time", "_enqueue_time").toArrow()
-        if rows.num_rows == 0:
-            return
-        time.sleep(rows.num_rows * self.row_cost)  # the consumer's work
+        events = batch.select("event_time").toArrow().column("event_time")
+        self._event_us = events.cast(pa.timestamp("us", tz="UTC")).cast(pa.int64()).to_pylist()
+        return len(self._event_us)
+
+    def written(self, batch_id: int, rows: int) -> None:
         now_us = int(time.time() * 1_000_000)
-        event_us = rows["event_time"].cast(pa.timestamp("us", tz="UTC")).cast(pa.int64()).to_pylist()
-        rows = rows.append_column("consumed_at", pa.array([now_us] * rows.num_rows, pa.timestamp("us", tz="UTC")))
-        write_deltalake(self.output, rows, mode="append")
-        self.latencies_ms.extend((now_us - e) / 1000 for e in event_us)
-        self.consumed += rows.num_rows
-        self.batches += 1
+        self.latencies_ms.extend((now_us - e) / 1000 for e in self._event_us)
 
 
 class Feeder(threading.Thread):
@@ -265,14 +261,9 @@ def summarize(name: str, samples: list[Sample], consumer: Consumer, start: float
     return summary
 
 
-def plot(results: dict[str, dict[str, Any]], args: argparse.Namespace, path: Path) -> None:
+def plot(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> Figure:
     """Backlog over time of the three variants, with the stop threshold and the stop + capacity bound."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(10, 5), dpi=110)
+    fig, ax = figure()
     colors = {"no_control": "tab:red", "rate_limit": "tab:orange", "spark_flow": "tab:blue"}
     for name, result in results.items():
         samples = result["samples"]
@@ -292,32 +283,28 @@ def plot(results: dict[str, dict[str, Any]], args: argparse.Namespace, path: Pat
                  f"consumer {args.row_cost_ms:g} ms/row")
     ax.set_ylim(bottom=0)
     ax.legend(loc="upper left", fontsize="small")
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    return fig
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--bursts", type=int, default=5)
-    parser.add_argument("--burst-rows", type=int, default=300)
-    parser.add_argument("--period", type=float, default=4.0, help="seconds between bursts")
-    parser.add_argument("--rows-per-file", type=int, default=25, help="rows per source Parquet file")
-    parser.add_argument("--row-cost-ms", type=float, default=25.0, help="consumer processing cost per row")
-    parser.add_argument("--consumer-batch", type=int, default=100, help="consumer maxRecordsPerTrigger")
-    parser.add_argument("--stop", type=int, default=300, help="spark-flow stopCount")
-    parser.add_argument("--resume", type=int, default=150, help="spark-flow resumeCount")
-    parser.add_argument("--capacity", type=int, default=200, help="spark-flow producer capacity")
-    parser.add_argument("--files-per-trigger", type=int, help="rate_limit maxFilesPerTrigger "
+    options = parser(__doc__, "bench/flow_control.json")
+    options.add_argument("--bursts", type=int, default=5)
+    options.add_argument("--burst-rows", type=int, default=300)
+    options.add_argument("--period", type=float, default=4.0, help="seconds between bursts")
+    options.add_argument("--rows-per-file", type=int, default=25, help="rows per source Parquet file")
+    options.add_argument("--row-cost-ms", type=float, default=25.0, help="consumer processing cost per row")
+    options.add_argument("--consumer-batch", type=int, default=100, help="consumer maxRecordsPerTrigger")
+    options.add_argument("--stop", type=int, default=300, help="spark-flow stopCount")
+    options.add_argument("--resume", type=int, default=150, help="spark-flow resumeCount")
+    options.add_argument("--capacity", type=int, default=200, help="spark-flow producer capacity")
+    options.add_argument("--files-per-trigger", type=int, help="rate_limit maxFilesPerTrigger "
                         "(default: the consumer's rate measured in no_control)")
-    parser.add_argument("--sample", type=float, default=0.5, help="seconds between samples")
-    parser.add_argument("--timeout", type=float, default=100.0, help="longest run of one variant, seconds")
-    parser.add_argument("--variants", default=",".join(VARIANTS))
-    parser.add_argument("--out", default="bench/flow_control.json")
-    args = parser.parse_args()
-    load = os.getloadavg()
-    spark = get_spark({"spark.master": "local[2]", "spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false",
-                       "spark.databricks.delta.snapshotPartitions": "1", "spark.sql.streaming.stopTimeout": "60s"})
+    options.add_argument("--sample", type=float, default=0.5, help="seconds between samples")
+    options.add_argument("--timeout", type=float, default=100.0, help="longest run of one variant, seconds")
+    options.add_argument("--variants", default=",".join(VARIANTS))
+    args = options.parse_args()
+    at_start = machine()
+    spark = get_spark(local_conf(2))
     spark.sparkContext.setLogLevel("ERROR")
     base = Path(tempfile.mkdtemp(prefix="spark-flow-bench-flow-"))
     results: dict[str, dict[str, Any]] = {}
@@ -339,18 +326,10 @@ def main() -> None:
         spark.stop()
         shutil.rmtree(base, ignore_errors=True)
     summaries = {k: {kk: vv for kk, vv in v.items() if kk != "samples"} for k, v in results.items()}
-    report = {"machine": {"cpus": os.cpu_count(), "loadavg_at_start": load},
+    report = {"machine": at_start,
               "workload": {k: v for k, v in vars(args).items() if k not in ("out", "variants")},
               "message_bytes": MESSAGE_BYTES, "results": summaries}
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2))
-    series = out.with_name(out.stem + "_samples.json")  # the curves, to re-plot without re-running
-    series.write_text(json.dumps({k: v["samples"] for k, v in results.items()}))
-    png = out.with_suffix(".png")
-    plot(results, args, png)
-    print(json.dumps(summaries, indent=2))
-    print(f"wrote {out}, {series} and {png}")
+    write_report(args.out, report, plot(results, args), samples={k: v["samples"] for k, v in results.items()})
 
 
 if __name__ == "__main__":

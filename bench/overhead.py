@@ -25,31 +25,32 @@ the times and the ratios, and bar charts of the throughputs and batch times (PNG
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
 import statistics
 import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from _report import append_once, figure, local_conf, machine, parser, write_report
 from pyspark.sql import DataFrame
 from pyspark.sql.streaming import StreamingQuery
 
 from spark_flow import QueueSink, declare, get_spark, open_queue, read_queue
 
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rows", type=int, default=200_000)
-    parser.add_argument("--commits", type=int, default=20)
-    parser.add_argument("--rounds", type=int, default=15)
-    parser.add_argument("--out", default="bench/overhead.json")
-    args = parser.parse_args()
-    load = os.getloadavg()
-    spark = get_spark({"spark.sql.shuffle.partitions": "2"})
+    options = parser(__doc__, "bench/overhead.json")
+    options.add_argument("--rows", type=int, default=200_000)
+    options.add_argument("--commits", type=int, default=20)
+    options.add_argument("--rounds", type=int, default=15)
+    args = options.parse_args()
+    at_start = machine()
+    spark = get_spark(local_conf(2))
     spark.sparkContext.setLogLevel("ERROR")
     base = Path(tempfile.mkdtemp(prefix="spark-flow-bench-"))
     source = str(base / "source")
@@ -70,7 +71,7 @@ def main() -> None:
         if variant == "plain_delta":
             return run(lambda s: s.writeStream.format("delta").option("checkpointLocation", checkpoint)
                        .trigger(availableNow=True).start(table))
-        sink = IdempotentWrite(table) if variant == "foreach_batch_delta" else QueueSink(
+        sink = idempotent_write(table) if variant == "foreach_batch_delta" else QueueSink(
             table, options={"capacity": args.rows})
         return run(lambda s: s.writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint)
                    .trigger(availableNow=True).start())
@@ -111,7 +112,7 @@ def main() -> None:
     medians = {k: statistics.median(v) for k, v in results.items()}
     batches = {variant: batch_medians(v) for variant, v in runs.items()}
     report = {
-        "machine": {"cpus": os.cpu_count(), "loadavg_at_start": load},
+        "machine": at_start,
         "rows": args.rows, "source_commits": args.commits, "rounds": args.rounds, "seconds": results,
         "rows_per_second": {k: args.rows / v for k, v in medians.items()},
         "queue_sink_over_plain_time_ratio": paired_ratio(results["queue_sink"], results["plain_delta"]),
@@ -134,11 +135,7 @@ def main() -> None:
                                                     / batches["delta_source"]["triggerExecution"]),
         "queue_commits_read": handle.refresh(),
     }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2))
-    plot(report, out.with_suffix(".png"))
-    print(json.dumps(report, indent=2))
+    write_report(args.out, report, plot(report))
 
 
 ROUND_RATIOS = {
@@ -154,15 +151,10 @@ def paired_ratio(times: list[float], baseline: list[float]) -> float:
     return statistics.median(t / b for t, b in zip(times, baseline, strict=True))
 
 
-class IdempotentWrite:
-    """foreachBatch: append the batch to a Delta table once, as Delta documents it."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-
-    def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        (batch.write.format("delta").mode("append").option("txnAppId", "bench-foreach-batch")
-         .option("txnVersion", str(batch_id)).save(self.path))
+def idempotent_write(path: str) -> Callable[[DataFrame, int], None]:
+    """foreachBatch: append the batch to a Delta table once, as Delta documents it (nothing else:
+    no count, no cache, so it is the baseline of a foreachBatch's own cost)."""
+    return lambda batch, batch_id: append_once(batch, path, "bench-foreach-batch", batch_id)
 
 
 @dataclass(frozen=True)
@@ -194,19 +186,14 @@ def batch_medians(runs: list[Run]) -> dict[str, float]:
             for phase in ("triggerExecution", "addBatch")}
 
 
-def plot(report: dict, path: Path) -> None:
+def plot(report: dict) -> Figure:
     """Bars of each variant, producer side and consumer side: rows per second over whole runs
     (left), and the median micro-batch in milliseconds (right)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     names = ["plain_delta", "foreach_batch_delta", "queue_sink", "delta_source", "flowqueue_source"]
     labels = ["producer:\nDelta sink", "producer:\nforeachBatch\nDelta write", "producer:\nQueueSink",
               "consumer:\nDelta source", "consumer:\nflowqueue"]
     colors = ["tab:gray", "tab:gray", "tab:blue", "tab:gray", "tab:blue"]
-    fig, (runs, batches) = plt.subplots(1, 2, figsize=(13, 4.5), dpi=110)
+    fig, (runs, batches) = figure(2, figsize=(13, 4.5))
     bars = runs.bar(labels, [report["rows_per_second"][n] for n in names], color=colors)
     runs.bar_label(bars, fmt="%.0f")
     runs.set_ylabel("rows per second (median run)")
@@ -221,9 +208,7 @@ def plot(report: dict, path: Path) -> None:
         ax.tick_params(axis="x", labelsize="small")
     fig.suptitle(f"{report['rows']:,} rows in batches of {report['rows'] // report['batches_per_run']['queue_sink']:,}",
                  fontsize="medium")
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    return fig
 
 
 if __name__ == "__main__":

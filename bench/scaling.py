@@ -7,9 +7,9 @@ loads the Delta log), then, after a few new unconsumed commits, ``depths()`` on 
 (it reads only the new commits). Medians of ``--repeats`` runs and the 10^6 / 10^3 ratios: flat
 means the depth does not cost the messages already consumed.
 
-(b) Capacity bound. 1, 2 and 4 producer *processes* (separate Python processes, each its own
-local[1] Spark application) stream a rate source through ``QueueSink`` with ``capacity`` into
-one queue with ``stopCount``; nothing consumes. Each producer may add at most one capacity window
+(b) Capacity bound. 1, 2 and 4 producer *processes* (the producer job, jobs/producer.py, each
+its own local[1] Spark application under spark-submit) stream a rate source through
+``QueueSink`` with ``capacity`` into one queue with ``stopCount``; nothing consumes. Each producer may add at most one capacity window
 after the queue went flow-stopped, so the depth never exceeds stop + the sum of the capacities.
 The parent samples ``Queue.depths()`` every 0.25 s until every producer has enqueued, the queue
 is flow-stopped and the depth has not moved for ``--settle`` seconds, then kills every child
@@ -30,17 +30,21 @@ import shutil
 import signal
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from _report import figure, local_conf, machine, parser, start_job, write_report
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 SCHEMA = "id BIGINT, body STRING"
+#: The producer job's messages (--source rate): the schema of the queues of part (b).
+MESSAGE_SCHEMA = "id BIGINT, producer STRING, event_time TIMESTAMP, body STRING"
 HISTORY = {1_000: 10, 100_000: 100, 1_000_000: 500}  # consumed messages: commits that hold them
 NEW_COMMITS, NEW_ROWS = 3, 100
-CHILD_CONF = {"spark.master": "local[1]", "spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "1",
-              "spark.databricks.delta.snapshotPartitions": "1", "spark.driver.memory": "512m"}
 
 
 def append_commits(path: str, commits: int, rows: int, first_id: int = 0) -> None:
@@ -110,22 +114,6 @@ def depth_cost(base: Path, repeats: int) -> dict[str, Any]:
     return {"by_consumed_messages": results, **ratios}
 
 
-def run_child(args: argparse.Namespace) -> None:
-    """A producer process: rate source -> QueueSink with a capacity, until it is killed."""
-    from spark_flow import QueueSink, get_spark
-
-    queue, name, checkpoint = args.child
-    spark = get_spark(CHILD_CONF)
-    spark.sparkContext.setLogLevel("ERROR")
-    sink = QueueSink(queue, options={"capacity": args.capacity})
-    query = (spark.readStream.format("rate").option("rowsPerSecond", args.rate).load()
-             .selectExpr("value AS id", f"concat('{name}-', value) AS body")
-             .writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint)
-             .trigger(processingTime="1 second").queryName(name).start())
-    print(f"{name} started", flush=True)
-    query.awaitTermination()
-
-
 def producers_seen(path: str) -> dict[str, int]:
     """Commits per producer (the sink's ``txnAppId``) in the queue's log."""
     from deltalake import DeltaTable
@@ -167,7 +155,7 @@ def capacity_bound(spark: Any, base: Path, args: argparse.Namespace) -> dict[str
     results = {}
     for n in args.producers:
         path = str(base / f"bound_{n}")
-        declare(spark, path, SCHEMA, settings={"stopCount": args.stop, "resumeCount": args.stop // 2})
+        declare(spark, path, MESSAGE_SCHEMA, settings={"stopCount": args.stop, "resumeCount": args.stop // 2})
         results[n] = {"path": path}
     spark.stop()  # the children need the cores
     out: dict[str, Any] = {}
@@ -179,9 +167,11 @@ def capacity_bound(spark: Any, base: Path, args: argparse.Namespace) -> dict[str
             for i in range(n):
                 log = open(base / f"bound_{n}_p{i}.log", "wb")  # noqa: SIM115 - closed below
                 logs.append(log)
-                command = [sys.executable, os.path.abspath(__file__), "--rate", str(args.rate), "--capacity", str(args.capacity),
-                           "--child", path, f"p{i}", str(base / f"cp_{n}_{i}")]
-                procs.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+                procs.append(start_job("producer", "--queue", path, "--name", f"p{i}", "--rate", str(args.rate),
+                                       "--capacity", str(args.capacity), "--trigger", "1 second",
+                                       "--checkpoint", str(base / f"cp_{n}_{i}"),
+                                       conf={"spark.driver.memory": "512m"}, stdout=log, stderr=subprocess.STDOUT,
+                                       start_new_session=True))
                 time.sleep(1)  # Spark's package resolution does not like to start at the same instant
             max_depth, last_change, last_depth, seen, samples = 0, time.monotonic(), -1, {}, []
             stopped = False
@@ -216,14 +206,9 @@ def capacity_bound(spark: Any, base: Path, args: argparse.Namespace) -> dict[str
     return out
 
 
-def plot(report: dict[str, Any], path: Path) -> None:
+def plot(report: dict[str, Any]) -> Figure:
     """Left: depth cost against consumed messages. Right: depth over time against the bounds."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5), dpi=110)
+    fig, (left, right) = figure(2, figsize=(12, 4.5))
     if "depth_cost" in report:
         rows = report["depth_cost"]["by_consumed_messages"].values()
         x = [r["consumed_messages"] for r in rows]
@@ -248,37 +233,29 @@ def plot(report: dict[str, Any], path: Path) -> None:
         right.set_title(f"depth vs stop + n x capacity ({capacity}), dashed")
         right.set_ylim(bottom=0)
         right.legend(fontsize="small")
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    return fig
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeats", type=int, default=5, help="timing repeats per history length")
-    parser.add_argument("--producers", default="1,2,4", help="producer process counts to run")
-    parser.add_argument("--rate", type=int, default=100, help="rows per second of each producer's rate source")
-    parser.add_argument("--capacity", type=int, default=50, help="each producer's capacity window")
-    parser.add_argument("--stop", type=int, default=100, help="the queue's stopCount")
-    parser.add_argument("--settle", type=float, default=8.0, help="seconds without a depth change that end a run")
-    parser.add_argument("--timeout", type=float, default=150.0, help="longest run of one producer count, seconds")
-    parser.add_argument("--parts", default="depth,bound", help="depth, bound or both")
-    parser.add_argument("--out", default="bench/scaling.json")
-    parser.add_argument("--child", nargs=3, metavar=("QUEUE", "NAME", "CHECKPOINT"), help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.child:
-        run_child(args)
-        return
+    options = parser(__doc__, "bench/scaling.json")
+    options.add_argument("--repeats", type=int, default=5, help="timing repeats per history length")
+    options.add_argument("--producers", default="1,2,4", help="producer process counts to run")
+    options.add_argument("--rate", type=int, default=100, help="rows per second of each producer's rate source")
+    options.add_argument("--capacity", type=int, default=50, help="each producer's capacity window")
+    options.add_argument("--stop", type=int, default=100, help="the queue's stopCount")
+    options.add_argument("--settle", type=float, default=8.0, help="seconds without a depth change that end a run")
+    options.add_argument("--timeout", type=float, default=150.0, help="longest run of one producer count, seconds")
+    options.add_argument("--parts", default="depth,bound", help="depth, bound or both")
+    args = options.parse_args()
     args.producers = [int(n) for n in args.producers.split(",")]
-    report: dict[str, Any] = {"machine": {"cpus": os.cpu_count(), "loadavg_at_start": os.getloadavg()},
+    report: dict[str, Any] = {"machine": machine(),
                               "settings": {"stop": args.stop, "capacity": args.capacity, "rate": args.rate,
                                            "repeats": args.repeats, "new_commits": NEW_COMMITS,
                                            "new_rows": NEW_ROWS, "history_commits": HISTORY}}
     from spark_flow import declare, get_spark
 
     base = Path(tempfile.mkdtemp(prefix="spark-flow-bench-scaling-"))
-    spark = get_spark({"spark.master": "local[1]", "spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "1",
-                       "spark.databricks.delta.snapshotPartitions": "1"})
+    spark = get_spark(local_conf(1))
     spark.sparkContext.setLogLevel("ERROR")
     try:
         parts = args.parts.split(",")
@@ -291,15 +268,9 @@ def main() -> None:
     finally:
         spark.stop()
         shutil.rmtree(base, ignore_errors=True)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    plot(report, out.with_suffix(".png"))
-    samples = {n: r.pop("samples") for n, r in report.get("capacity_bound", {}).items()}
-    out.write_text(json.dumps(report, indent=2, default=str))
-    series = out.with_name(out.stem + "_samples.json")  # depth over time per producer count
-    series.write_text(json.dumps(samples))
-    print(json.dumps(report, indent=2, default=str))
-    print(f"wrote {out}, {series} and {out.with_suffix('.png')}")
+    chart = plot(report)
+    samples = {n: r.pop("samples") for n, r in report.get("capacity_bound", {}).items()}  # depth over time
+    write_report(args.out, report, chart, samples=samples)
 
 
 if __name__ == "__main__":

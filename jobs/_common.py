@@ -1,7 +1,11 @@
-"""What the producer and consumer jobs share: argument types, the session, run loops, errors.
+"""What the jobs share: argument types, the session, run loops, errors, the slow consumer; and
+what the tests and benchmarks that run jobs and local sessions share with them: the local
+session preset and the command that starts a job.
 
 Kept beside the jobs, not in the package: it is about running a job from a shell (exit codes,
-one-line errors, progress lines on stdout), not about flow control.
+one-line errors, progress lines on stdout), not about flow control. The jobs import it as
+``_common`` (their folder is on ``sys.path``); the tests (pytest's ``pythonpath``) and the
+benchmarks (``bench/_report.py``) put this folder on ``sys.path`` and import it the same way.
 """
 
 from __future__ import annotations
@@ -10,10 +14,12 @@ import argparse
 import logging
 import os
 import re
+import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from spark_flow import ConfigurationError, SparkFlowError, get_spark
@@ -21,13 +27,15 @@ from spark_flow.config import flow_conf, parse_size, session_flow_conf
 from spark_flow.session import exit_process
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
 #: Exit status of a job refused before it started (bad option or spark.flow.* conf), as argparse.
 EXIT_USAGE = 2
 #: Exit status of a job that failed while running (a query failed, a queue refused a batch).
 EXIT_FAILED = 1
+#: The repository: the jobs' folder's parent, where conf/ is.
+ROOT = Path(__file__).resolve().parent.parent
 
 
 class JobError(Exception):
@@ -48,26 +56,26 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
         return text
 
 
-def positive_int(text: str) -> int:
-    """An argparse type: a whole number > 0 (argparse names the option when it fails)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not > 0")
-    return value
+def _positive(convert: Callable[[str], Any], what: str, name: str) -> Callable[[str], Any]:
+    """An argparse type: ``convert``'s value of the text, which must be > 0 (argparse names the
+    option when it fails)."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"{text!r} is not > 0")
+        return value
+
+    parse.__name__ = parse.__qualname__ = name
+    parse.__doc__ = f"An argparse type: {what} > 0."
+    return parse
 
 
-def positive_float(text: str) -> float:
-    """An argparse type: a number > 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not > 0")
-    return value
+positive_int: Callable[[str], int] = _positive(int, "a whole number", "positive_int")
+positive_float: Callable[[str], float] = _positive(float, "a number", "positive_float")
 
 
 def size(text: str) -> int:
@@ -127,6 +135,25 @@ def start_session(app_name: str, verbose: bool, check: Callable[[dict[str, str]]
     return spark
 
 
+def local_conf(cores: int = 2) -> dict[str, str]:
+    """The local session preset of the tests, the benchmarks and the processes they start:
+    ``local[cores]`` with as many shuffle partitions and default parallelism, no UI, one
+    partition for Delta's snapshot, and a minute at most for a query's stop.
+
+    For :func:`spark_flow.get_spark` (which adds Delta), or as ``--conf`` of :func:`job_command`;
+    merge a dict over it for more (``{**local_conf(1), "spark.driver.memory": "512m"}``).
+    """
+    return {
+        "spark.master": f"local[{cores}]",
+        "spark.sql.shuffle.partitions": str(cores),
+        "spark.default.parallelism": str(cores),
+        "spark.ui.enabled": "false",
+        "spark.databricks.delta.snapshotPartitions": "1",
+        "spark.sql.streaming.stopTimeout": "60s",
+    }
+
+
+
 def now() -> str:
     """The wall-clock time that starts each progress line."""
     return datetime.now().strftime("%H:%M:%S")
@@ -164,6 +191,55 @@ def sleep_while(active: Callable[[], bool], seconds: float) -> None:
     deadline = time.monotonic() + seconds
     while active() and (left := deadline - time.monotonic()) > 0:
         time.sleep(min(left, 0.2))
+
+
+def append_once(batch: DataFrame, output: str, app_id: str, batch_id: int) -> None:
+    """Append ``batch`` to the Delta table ``output`` once: Delta's idempotent write for
+    foreachBatch (``txnAppId`` = ``app_id``, ``txnVersion`` = the batch id), so a batch replayed
+    after a restart from the same checkpoint is skipped."""
+    (batch.write.format("delta").mode("append").option("txnAppId", app_id).option("txnVersion", str(batch_id))
+     .save(output))
+
+
+class SlowConsumer:
+    """A foreachBatch function: a consumer that works ``seconds_per_row`` on each message (a sleep,
+    cut short when its query stops), then appends the batch to the Delta table ``output`` exactly
+    once (:func:`append_once`; ``app_id`` by default ``spark-flow-consumer/<query id>``, which a
+    restart from the same checkpoint keeps).
+
+    Subclasses look at each batch before its work (:meth:`read`, which returns its rows) and after
+    it is written (:meth:`written`).
+    """
+
+    def __init__(self, output: str, seconds_per_row: float = 0.0, app_id: str | None = None) -> None:
+        self.output = output
+        self.seconds_per_row = seconds_per_row
+        self.app_id = app_id
+        self.batches = 0
+        self.consumed = 0
+
+    def read(self, batch: DataFrame) -> int:
+        """The batch's rows (the batch is cached: reading it again costs no second read of the queue)."""
+        return batch.count()
+
+    def written(self, batch_id: int, rows: int) -> None:
+        """Called once the batch is appended to ``output``."""
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        active = query_active()
+        app_id = self.app_id or f"spark-flow-consumer/{batch.sparkSession.sparkContext.getLocalProperty('sql.streaming.queryId')}"
+        batch = batch.persist()  # looked at, then written: read the queue once
+        try:
+            rows = self.read(batch)
+            # Sleep first, write after: a stop cuts the sleep short and the batch is still written.
+            # A write cut short by the stop fails the batch; the restart replays it (same txnVersion).
+            sleep_while(active, rows * self.seconds_per_row)
+            append_once(batch, self.output, app_id, batch_id)
+        finally:
+            batch.unpersist()
+        self.batches += 1
+        self.consumed += rows
+        self.written(batch_id, rows)
 
 
 def run_query(query: StreamingQuery, run_seconds: float | None,
@@ -226,3 +302,22 @@ def main_guard(main: Callable[[Sequence[str] | None], None], argv: Sequence[str]
         print(f"error: {error}", file=sys.stderr, flush=True)
         exit_process(error.status)
     exit_process(0)
+
+
+def job_command(job: str, *args: str, conf: Mapping[str, str] | None = None, cores: int = 1) -> list[str]:
+    """The command line that runs ``jobs/<job>.py`` (``producer``, ``consumer``, ``controller``)
+    with its ``args`` through the spark-submit beside this interpreter: conf/spark-defaults.conf,
+    the local session preset of ``cores`` (:func:`local_conf`), then ``conf``."""
+    confs = {**local_conf(cores), **(conf or {})}
+    return [str(Path(sys.executable).parent / "spark-submit"), "--properties-file", str(ROOT / "conf" / "spark-defaults.conf"),
+            *(part for key, value in confs.items() for part in ("--conf", f"{key}={value}")),
+            str(ROOT / "jobs" / f"{job}.py"), *args]
+
+
+def start_job(job: str, *args: str, conf: Mapping[str, str] | None = None, cores: int = 1,
+              **popen: Any) -> subprocess.Popen[Any]:
+    """Start :func:`job_command` as a process in the repository, its driver and Python workers
+    running this interpreter; ``popen`` goes to :class:`subprocess.Popen` (``stdout``,
+    ``start_new_session``, ...)."""
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    return subprocess.Popen(job_command(job, *args, conf=conf, cores=cores), cwd=ROOT, env=env, **popen)

@@ -38,15 +38,14 @@ from typing import TYPE_CHECKING
 
 from _common import (
     HelpFormatter,
+    SlowConsumer,
     add_run_options,
     emit,
     fmt_bool,
     main_guard,
     positive_float,
     positive_int,
-    query_active,
     run_query,
-    sleep_while,
     start_session,
 )
 
@@ -80,48 +79,32 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-class SlowConsumer:
-    """A foreachBatch function: sleep as the throttling options say, append the batch to the
-    output exactly once, print a progress line."""
+class ProgressConsumer(SlowConsumer):
+    """The slow consumer (``_common.SlowConsumer``) of one subscription, with a progress line
+    per batch."""
 
     def __init__(self, queue: Queue, subscription: str, output: str, delay_per_message: float | None,
                  rows_per_second: float | None) -> None:
+        # The slower of the two throttles: max(rows x delay, rows / rate) = rows x max(delay, 1 / rate).
+        super().__init__(output, max(delay_per_message or 0.0, 1 / rows_per_second if rows_per_second else 0.0))
         self.queue = queue
         self.subscription = subscription
-        self.output = output
-        self.delay_per_message = delay_per_message or 0.0
-        self.rows_per_second = rows_per_second
-        self.batches = 0
-        self.consumed = 0
+        self._newest: int | None = None
+        self._enqueued: datetime | None = None
 
-    def delay(self, rows: int) -> float:
-        """Seconds a batch of ``rows`` messages takes: the slower of the two throttles."""
-        by_rate = rows / self.rows_per_second if self.rows_per_second else 0.0
-        return max(rows * self.delay_per_message, by_rate)
-
-    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+    def read(self, batch: DataFrame) -> int:
         from pyspark.sql import functions as F
 
-        active = query_active()
-        query_id = batch.sparkSession.sparkContext.getLocalProperty("sql.streaming.queryId")
-        batch = batch.persist()  # counted, then written: read the queue once
-        try:
-            rows, newest, enqueued = batch.agg(F.count(F.lit(1)), F.max("_position"), F.max("_enqueue_time")).first()
-            # Sleep first, write after: a stop cuts the sleep short and the batch is still written.
-            # A write cut short by the stop fails the batch; the restart replays it (same txnVersion).
-            sleep_while(active, self.delay(rows))
-            (batch.write.format("delta").mode("append")
-             .option("txnAppId", f"spark-flow-consumer/{query_id}").option("txnVersion", str(batch_id))
-             .save(self.output))
-        finally:
-            batch.unpersist()
-        self.batches += 1
-        self.consumed += rows
+        rows, self._newest, self._enqueued = batch.agg(F.count(F.lit(1)), F.max("_position"),
+                                                       F.max("_enqueue_time")).first()
+        return rows
+
+    def written(self, batch_id: int, rows: int) -> None:
         latest = self.queue.refresh()
         sub = self.queue.subscriptions.get(self.subscription)
         # Acknowledged once Spark completes the batch; what will remain then:
-        depth = self.queue.ledger.depth(max(sub.position, newest if newest is not None else -1), latest)
-        lag = (datetime.now() - enqueued).total_seconds() if enqueued is not None else 0.0
+        depth = self.queue.ledger.depth(max(sub.position, self._newest if self._newest is not None else -1), latest)
+        lag = (datetime.now() - self._enqueued).total_seconds() if self._enqueued is not None else 0.0
         emit(f"consumer={self.subscription} queue={self.queue.name} batch={batch_id} consumed={rows} "
              f"depth={depth.count} depthBytes={depth.size} flowStopped={fmt_bool(sub.flow_stopped)} "
              f"flowStoppedCount={sub.flow_stopped_count} lag={max(lag, 0.0):.1f}s")
@@ -139,7 +122,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         options["maxRecordsPerTrigger"] = args.max_records_per_trigger
     messages = read_queue(spark, args.queue, args.subscription, **options)
     checkpoint = args.checkpoint or posixpath.join(queue.state_location, "checkpoints", f"consumer-{args.subscription}")
-    consumer = SlowConsumer(queue, args.subscription, args.output, args.delay_per_message, args.rows_per_second)
+    consumer = ProgressConsumer(queue, args.subscription, args.output, args.delay_per_message, args.rows_per_second)
     query = (messages.writeStream.foreachBatch(consumer).queryName(f"consumer_{args.subscription}")
              .option("checkpointLocation", checkpoint).trigger(processingTime=args.trigger).start())
     depth = queue.depth(args.subscription)

@@ -15,28 +15,14 @@ import argparse
 import logging
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
-from pyspark.sql import DataFrame
+from _common import SlowConsumer, local_conf
 
 from spark_flow import FlowAdmin, QueueSink, declare, get_spark, read_queue, start_controller, stop_between_batches
 
 STOP, RESUME, CAPACITY = 300, 150, 200
-CONSUMER_RATE = 40  # messages a second
-
-
-def slow_consumer(output: str) -> Callable[[DataFrame, int], None]:
-    """A foreachBatch function: append the batch to ``output`` (idempotent by batch id), then
-    spend 1/CONSUMER_RATE seconds per message, as a consumer doing real work would."""
-
-    def consume(batch: DataFrame, batch_id: int) -> None:
-        rows = batch.count()
-        (batch.write.format("delta").mode("append").option("txnAppId", "spark-flow-demo-consumer")
-         .option("txnVersion", str(batch_id)).save(output))
-        time.sleep(rows / CONSUMER_RATE)
-
-    return consume
+CONSUMER_RATE = 40  # messages a second: the consumer works 25 ms on each
 
 
 def main() -> None:
@@ -50,7 +36,7 @@ def main() -> None:
     logging.getLogger("py4j").setLevel(logging.CRITICAL)  # a producer stopped mid-write is expected here
 
     home = str(base / "flow")
-    spark = get_spark({"spark.sql.shuffle.partitions": "2", "spark.flow.home": home})
+    spark = get_spark({**local_conf(2), "spark.flow.home": home})
     spark.sparkContext.setLogLevel("ERROR")
     spark.conf.set("spark.flow.home", home)  # also when the session existed already
     path = str(base / "queues" / "events")
@@ -69,7 +55,7 @@ def main() -> None:
                 .trigger(processingTime="1 second").start())
     output = str(base / "consumed")
     consumer = (read_queue(spark, path, maxRecordsPerTrigger=CAPACITY).writeStream
-                .foreachBatch(slow_consumer(output)).queryName("demo_consumer")
+                .foreachBatch(SlowConsumer(output, 1 / CONSUMER_RATE)).queryName("demo_consumer")
                 .option("checkpointLocation", str(base / "checkpoints" / "consumer"))
                 .trigger(processingTime="1 second").start())
 

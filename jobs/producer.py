@@ -101,6 +101,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                              "(created at the earliest message if it does not exist)")
     source.add_argument("--max-records-per-trigger", type=positive_int, metavar="N",
                         help="--source queue: admit about N messages per micro-batch (whole commits)")
+    source.add_argument("--available-now", action="store_true",
+                        help="--source files|queue: enqueue what the source holds when the job starts, then stop "
+                             "(Spark's availableNow trigger, in batches as --max-files-per-trigger or "
+                             "--max-records-per-trigger say; --trigger and --run-seconds do not apply)")
     source.add_argument("--schema", metavar="DDL",
                         help="--source files|queue: the message schema, used when the queue is declared "
                              f"(default: {MESSAGE_SCHEMA!r}; for --source queue, --from-queue's columns)")
@@ -128,6 +132,8 @@ def _check_source_options(parser: argparse.ArgumentParser, args: argparse.Namesp
                 parser.error(f"--{name.replace('_', '-')} applies to --source {source}, not --source {args.source}")
     if args.source == "rate" and args.schema:
         parser.error(f"--schema applies to --source files|queue; --source rate makes messages of {MESSAGE_SCHEMA!r}")
+    if args.source == "rate" and args.available_now:
+        parser.error("--available-now applies to --source files|queue; a rate source never runs out")
     if args.source == "files" and not args.path:
         parser.error("--source files needs --path DIR")
     if args.source == "queue" and not args.from_queue:
@@ -254,15 +260,16 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     checkpoint = args.checkpoint or posixpath.join(queue.state_location, "checkpoints", f"producer-{args.name}")
     sink = ProgressSink(QueueSink(args.queue, options=options), args.queue, queue.path, args.name)
+    trigger = {"availableNow": True} if args.available_now else {"processingTime": args.trigger}
     query = (messages.writeStream.foreachBatch(sink).queryName(f"producer_{args.name}")
-             .option("checkpointLocation", checkpoint).trigger(processingTime=args.trigger).start())
+             .option("checkpointLocation", checkpoint).trigger(**trigger).start())
     t = settings.thresholds
     limits = (f"stopCount={t.stop_count} resumeCount={t.resume_count} stopSize={t.stop_size} resumeSize={t.resume_size}"
               if t.enabled else "no flow control (set spark.flow.stopCount, stopSize or maxCount)")
     emit(f"producer={args.name} started: queue {queue.name} ({queue.path}{', declared' if created else ''}), "
          f"source {args.source}, {limits}, policy={settings.policy} capacity={producer.capacity} "
          f"onFull={producer.on_full}, checkpoint {checkpoint}")
-    seconds = run_query(query, args.run_seconds, errors=lambda: sink.error)
+    seconds = run_query(query, None if args.available_now else args.run_seconds, errors=lambda: sink.error)
     interrupted = ", 1 batch cut short by the stop (finished on restart)" if sink.interrupted else ""
     emit(f"producer={args.name} stopped after {seconds:.0f}s: {sink.batches} batches completed "
          f"({sink.enqueued} messages){interrupted}")

@@ -45,7 +45,8 @@ class Registry:
     """The queues a home knows: what the controller watches and the CLI lists, by name."""
 
     def __init__(self, home: str, storage_options: Mapping[str, str] | None = None) -> None:
-        self._table = StateTable(control_path(home, "queues"), storage_options)
+        self.location = control_path(home, "queues")
+        self._table = StateTable(self.location, storage_options)
 
     def register(self, name: str, path: str) -> None:
         """Add queue ``name`` at ``path``, or move the name to ``path``."""

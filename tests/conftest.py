@@ -10,20 +10,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from _common import local_conf
 from pyspark.sql import SparkSession
 
 from spark_flow.session import get_spark
 
-TEST_CONF = {
-    "spark.master": "local[2]",
-    "spark.app.name": "spark-flow-tests",
-    "spark.sql.shuffle.partitions": "2",
-    "spark.default.parallelism": "2",
-    "spark.ui.enabled": "false",
-    "spark.databricks.delta.snapshotPartitions": "1",
-    "spark.sql.streaming.stopTimeout": "60s",
-    "spark.pyspark.python": sys.executable,
-}
+TEST_CONF = {**local_conf(2), "spark.app.name": "spark-flow-tests", "spark.pyspark.python": sys.executable}
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -50,7 +42,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 def _archive_classes(archive: Path, quiet: str) -> None:
     """Run the producer job for 4 s through spark-submit, whose driver JVM writes the classes it
     loaded to ``archive`` when it exits (spark-submit returns after that)."""
-    from test_jobs import failure, spark_submit
+    from processes import failure, spark_submit
 
     with tempfile.TemporaryDirectory() as queue:
         result = spark_submit("producer", "--queue", f"{queue}/q", "--run-seconds", "4", timeout=600,
@@ -68,10 +60,11 @@ def spark() -> Iterator[SparkSession]:
 
 
 @pytest.fixture(scope="module", autouse=True)
-def no_query_outlives_its_module(spark: SparkSession) -> Iterator[None]:
+def no_query_outlives_its_module() -> Iterator[None]:
     """Stop streaming queries a module left running: a forgotten query would go on taking one of
-    the two cores from every test after it."""
+    the two cores from every test after it. (A module without Spark starts no session here.)"""
     yield
-    for query in spark.streams.active:
+    spark = SparkSession.getActiveSession()
+    for query in spark.streams.active if spark is not None else []:
         print(f"\nstopping query {query.name or query.id}, left running by a test module")
         query.stop()

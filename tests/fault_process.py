@@ -1,9 +1,6 @@
-"""A producer, a consumer or a flow controller in its own Spark application, for the kill -9
-trials of test_faults.py.
+"""A consumer or a flow controller in its own Spark application, for the kill -9 trials of
+test_faults.py (their producer is the producer job).
 
-``python fault_process.py producer QUEUE CHECKPOINT SOURCE_DIR CAPACITY``
-    Streams the JSON files of SOURCE_DIR (``id BIGINT, producer STRING``, two files per batch)
-    into QUEUE through ``QueueSink`` (availableNow: it exits 0 once every file is enqueued).
 ``python fault_process.py consumer QUEUE CHECKPOINT OUTPUT STOP_MARKER MAX_RECORDS``
     Streams the queue's default subscription into the Delta table OUTPUT (idempotent through
     its checkpoint) until the file STOP_MARKER exists, then stops the query and exits 0.
@@ -18,26 +15,16 @@ from __future__ import annotations
 import os
 import sys
 import time
+from pathlib import Path
 
-from spark_flow import QueueSink, get_spark, read_queue
+from spark_flow import get_spark, read_queue
 from spark_flow.controller import start_controller
 from spark_flow.session import exit_process
 
-CONF = {"spark.master": "local[1]", "spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "1",
-        "spark.databricks.delta.snapshotPartitions": "1", "spark.default.parallelism": "1"}
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "jobs"))  # as pytest's pythonpath
+from _common import local_conf
 
-
-def producer(queue: str, checkpoint: str, source: str, capacity: int) -> None:
-    spark = get_spark(CONF)
-    spark.sparkContext.setLogLevel("ERROR")
-    messages = spark.readStream.schema("id BIGINT, producer STRING").option("maxFilesPerTrigger", 2).json(source)
-    sink = QueueSink(queue, options={"capacity": capacity, "pollInterval": "200ms"})
-    query = (messages.writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint)
-             .trigger(availableNow=True).start())
-    print(f"producer started {query.id}", flush=True)
-    query.awaitTermination()
-    print("producer done", flush=True)
-    exit_process(0)
+CONF = local_conf(1)
 
 
 def consumer(queue: str, checkpoint: str, output: str, stop_marker: str, max_records: int) -> None:
@@ -64,11 +51,9 @@ def controller(home: str, checkpoint: str) -> None:
 
 if __name__ == "__main__":
     role, args = sys.argv[1], sys.argv[2:]
-    if role == "producer":
-        producer(args[0], args[1], args[2], int(args[3]))
-    elif role == "consumer":
+    if role == "consumer":
         consumer(args[0], args[1], args[2], args[3], int(args[4]))
     elif role == "controller":
         controller(args[0], args[1])
     else:
-        raise SystemExit(f"unknown role {role!r}: producer, consumer or controller")
+        raise SystemExit(f"unknown role {role!r}: consumer or controller")

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from invariants import assert_transitions_follow_thresholds
 from pyspark.sql import SparkSession
 from streams import is_held, spark_conf, start_consumer, start_producer, wait_until
 
@@ -18,7 +19,6 @@ from spark_flow.flowstep import ControllerState, step
 from spark_flow.queue import Queue, declare
 from spark_flow.sink import QueueSink
 from spark_flow.source import read_queue
-from spark_flow.state import Thresholds
 
 SCHEMA = "id BIGINT, body STRING"
 
@@ -209,18 +209,6 @@ def test_set_changes_thresholds_at_run_time_through_the_controller(
     status = status_of(admin, "tuned")
     assert (status["resume_count"], status["flow_stopped"], status["flow_stopped_count"]) == (50, False, 1)
     assert queue.overrides.settings() == {}
-
-
-def assert_transitions_follow_thresholds(transitions: list[dict[str, object]]) -> None:
-    """Invariant 8: every recorded STOPPED has a depth above a stop threshold and every RESUMED
-    has every configured measure under its resume threshold, with the thresholds then in force."""
-    assert transitions
-    for row in transitions:
-        thresholds = Thresholds(row["stop_count"], row["resume_count"], row["stop_size"], row["resume_size"])
-        if row["flow_stopped"]:
-            assert thresholds.exceeded(row["depth_count"], row["depth_size"]), row
-        else:
-            assert thresholds.relieved(row["depth_count"], row["depth_size"]), row
 
 
 @pytest.mark.e2e

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from processes import failure, progress, spark_submit
 from pyspark.sql import SparkSession
-from test_jobs import failure, progress, spark_submit
 
 from spark_flow.admin import FlowAdmin
 from spark_flow.queue import declare

@@ -4,9 +4,10 @@ concurrent writers.
 DESIGN 3.3: a producer or consumer killed with SIGKILL at any point and restarted from its
 checkpoint delivers every message exactly once to an idempotent consumer sink, and
 flowStoppedCount is not doubled; a controller killed and restarted from its checkpoint keeps
-status and flowStoppedCount exact and applies every operator command once. Each process is its own Spark application (local[1],
-tests/fault_process.py), started in its own process group: the kill takes the Python driver,
-its JVM and its Python workers at once, as a crashed machine would. Kill points and delays
+status and flowStoppedCount exact and applies every operator command once. Each process is its
+own Spark application (local[1]: the producer job, tests/fault_process.py's consumer and
+controller), started in its own process group: the kill takes the Python driver, its JVM and
+its Python workers at once, as a crashed machine would. Kill points and delays
 come from a seeded random generator, so a failing run can be replayed.
 """
 
@@ -26,6 +27,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from _common import start_job
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
@@ -44,14 +46,19 @@ WAIT = 240
 
 
 class Child:
-    """One fault_process.py role, in its own process group, with its output in a log file."""
+    """The producer job or a fault_process.py role, in its own process group, with its output in
+    a log file."""
 
     def __init__(self, role: str, args: list[str], log_dir: Path, children: list[Child]) -> None:
         self.role = role
         self.log = log_dir / f"{role}-{len(children)}.log"
         with open(self.log, "w") as out:
-            self.proc = subprocess.Popen([sys.executable, str(FAULT_PROCESS), role, *args], stdout=out,
-                                         stderr=subprocess.STDOUT, start_new_session=True)
+            if role == "producer":
+                self.proc = start_job("producer", *args, conf={"spark.flow.pollInterval": "200ms"}, stdout=out,
+                                      stderr=subprocess.STDOUT, start_new_session=True)
+            else:
+                self.proc = subprocess.Popen([sys.executable, str(FAULT_PROCESS), role, *args], stdout=out,
+                                             stderr=subprocess.STDOUT, start_new_session=True)
         children.append(self)
 
     def alive(self) -> bool:
@@ -172,7 +179,11 @@ def test_kill_9_producer_and_consumer_at_random_points_delivers_exactly_once(
     kills: list[str] = []
 
     def producer() -> Child:
-        return Child("producer", [path, str(tmp_path / "chk-p"), str(tmp_path / "source"), "25"], logs, children)
+        """The producer job: the source's JSON files, two a batch, capacity 25; it ends (exit 0)
+        once every file is enqueued."""
+        return Child("producer", ["--queue", path, "--checkpoint", str(tmp_path / "chk-p"), "--source", "files",
+                                  "--path", str(tmp_path / "source"), "--max-files-per-trigger", "2",
+                                  "--capacity", "25", "--available-now"], logs, children)
 
     def consumer() -> Child:
         return Child("consumer", [path, str(tmp_path / "chk-c"), output, str(stop_marker), "100"], logs, children)

@@ -7,45 +7,19 @@ module needs no SparkSession of its own.
 
 from __future__ import annotations
 
-import os
-import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
+from processes import ROOT, failure, progress, spark_submit
 
 from spark_flow.config import QueueSettings, conf_settings, producer_settings, queue_settings
 from spark_flow.queue import Queue
 
-ROOT = Path(__file__).resolve().parent.parent
-SPARK_SUBMIT = Path(sys.executable).parent / "spark-submit"
-JOBS = ROOT / "jobs"
-SPARK_ARGS = [
-    "--properties-file", str(ROOT / "conf" / "spark-defaults.conf"),
-    "--conf", "spark.master=local[1]",
-    "--conf", "spark.ui.enabled=false",
-    "--conf", "spark.sql.shuffle.partitions=1",
-    "--conf", "spark.databricks.delta.snapshotPartitions=1",
-]
 STOP, RESUME, CAPACITY, RATE = 20, 10, 30, 20
-LINE = re.compile(r"(\w+)=(\S+)")
-
-
-def spark_submit(job: str, *args: str, conf: dict[str, str] | None = None,
-                 timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    """Run ``jobs/<job>.py`` through the venv's spark-submit; the driver and workers run this interpreter."""
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
-    confs = [part for key, value in (conf or {}).items() for part in ("--conf", f"{key}={value}")]
-    command = [str(SPARK_SUBMIT), *SPARK_ARGS, *confs, str(JOBS / f"{job}.py"), *args]
-    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout, check=False)
-
-
-def progress(stdout: str, kind: str) -> list[dict[str, str]]:
-    """The per-batch progress lines of a job's stdout, as key=value dicts."""
-    lines = [line for line in stdout.splitlines() if f" {kind}=" in line and " batch=" in line]
-    return [dict(LINE.findall(line)) for line in lines]
+JOBS = ROOT / "jobs"
 
 
 def properties(path: Path) -> dict[str, str]:
@@ -54,13 +28,10 @@ def properties(path: Path) -> dict[str, str]:
     return dict(line.split(None, 1) for line in lines if line and not line.startswith("#"))
 
 
-def failure(result: subprocess.CompletedProcess[str]) -> str:
-    return f"exit {result.returncode}\nstdout:\n{result.stdout[-3000:]}\nstderr:\n{result.stderr[-5000:]}"
-
-
 @pytest.mark.parametrize(("job", "options"), [
     ("producer", ["--queue", "--source", "--rate", "--message-size", "--path", "--format", "--from-queue",
-                  "--capacity", "--on-full", "--trigger", "--checkpoint", "--run-seconds", "--name", "--schema"]),
+                  "--capacity", "--on-full", "--trigger", "--checkpoint", "--run-seconds", "--name", "--schema",
+                  "--available-now"]),
     ("consumer", ["--queue", "--subscription", "--starting-position", "--max-records-per-trigger", "--output",
                   "--delay-per-message", "--rows-per-second", "--trigger", "--checkpoint", "--run-seconds",
                   "--until-empty"]),

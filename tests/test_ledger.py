@@ -14,88 +14,45 @@ from spark_flow.ledger import METADATA_KEY, Commit, Depth, Ledger, commit_from_i
 
 TIMESTAMP = 1795336486014
 
-# Commit infos as deltalake's DeltaTable.history() returns them, copied from real logs
-# (delta-spark 4.4 / Spark 4.2 and delta-rs 1.6); delta-spark writes metrics as strings.
-SPARK_WRITE: dict[str, Any] = {
-    "engineInfo": "Apache-Spark/4.2.0 Delta-Lake/4.4.0",
-    "isBlindAppend": True,
-    "isolationLevel": "Serializable",
-    "operation": "WRITE",
-    "operationMetrics": {"numFiles": "2", "numOutputBytes": "1407", "numOutputRows": "2"},
-    "operationParameters": {"mode": "Append", "partitionBy": "[]"},
-    "readVersion": 0,
-    "timestamp": TIMESTAMP,
-    "txnId": "30b1e891-280a-426d-8332-f8a7a38859c4",
-    "version": 1,
-}
-SPARK_STREAMING_UPDATE: dict[str, Any] = {
-    "engineInfo": "Apache-Spark/4.2.0 Delta-Lake/4.4.0",
-    "isBlindAppend": True,
-    "isolationLevel": "Serializable",
-    "operation": "STREAMING UPDATE",
-    "operationMetrics": {"numAddedFiles": "2", "numOutputBytes": "1517", "numOutputRows": "25",
-                         "numRemovedFiles": "0"},
-    "operationParameters": {"epochId": "3", "outputMode": "Append",
-                            "queryId": "a17d349e-2284-4944-9cc0-27f9ddbbb21f"},
-    "readVersion": 1,
-    "timestamp": TIMESTAMP,
-    "version": 2,
-}
-RS_WRITE: dict[str, Any] = {
-    "clientVersion": "delta-rs.py-1.6.6",
-    "engineInfo": "delta-rs:py-1.6.6",
-    "operation": "WRITE",
-    "operationMetrics": {"execution_time_ms": 2, "num_added_files": 1, "num_added_rows": 7, "num_partitions": 0,
-                         "num_removed_files": 0, "num_retries": 0},
-    "operationParameters": {"mode": "Append"},
-    "timestamp": TIMESTAMP,
-    "version": 3,
-}
-SPARK_DELETE: dict[str, Any] = {
-    "engineInfo": "Apache-Spark/4.2.0 Delta-Lake/4.4.0",
-    "operation": "DELETE",
-    "operationMetrics": {"numAddedBytes": "0", "numAddedFiles": "0", "numCopiedRows": "0", "numDeletedRows": "2",
-                         "numRemovedBytes": "1400", "numRemovedFiles": "2"},
-    "operationParameters": {"predicate": '["(id#569L = 1)"]'},
-    "readVersion": 2,
-    "timestamp": TIMESTAMP,
-    "version": 4,
-}
-SPARK_OPTIMIZE: dict[str, Any] = {
-    "engineInfo": "Apache-Spark/4.2.0 Delta-Lake/4.4.0",
-    "operation": "OPTIMIZE",
-    "operationMetrics": {"numAddedBytes": "773", "numAddedFiles": "1", "numRemovedBytes": "1414",
-                         "numRemovedFiles": "2"},
-    "operationParameters": {"auto": False, "clusterBy": "[]", "predicate": "[]", "zOrderBy": "[]"},
-    "readVersion": 3,
-    "timestamp": TIMESTAMP,
-    "version": 5,
-}
-SPARK_SET_PROPERTIES: dict[str, Any] = {
-    "engineInfo": "Apache-Spark/4.2.0 Delta-Lake/4.4.0",
-    "operation": "SET TBLPROPERTIES",
-    "operationMetrics": {},
-    "operationParameters": {"properties": '{"flow.stopCount":"5"}'},
-    "readVersion": 4,
-    "timestamp": TIMESTAMP,
-    "version": 6,
-}
-RS_DELETE: dict[str, Any] = {
-    "clientVersion": "delta-rs.py-1.6.6",
-    "operation": "DELETE",
-    "operationMetrics": {"num_added_files": 1, "num_copied_rows": 2, "num_deleted_rows": 2, "num_removed_files": 2},
-    "operationParameters": {"predicate": "id = 1"},
-    "readVersion": 1,
-    "timestamp": TIMESTAMP,
-    "version": 7,
-}
-RS_SET_PROPERTIES: dict[str, Any] = {
-    "clientVersion": "delta-rs.py-1.6.6",
-    "operation": "SET TBLPROPERTIES",
-    "operationParameters": {"properties": '{"delta.appendOnly":"false"}'},
-    "timestamp": TIMESTAMP,
-    "version": 8,
-}
+
+def spark_info(version: int, read_version: int, operation: str, metrics: dict[str, str],
+               parameters: dict[str, Any], **more: Any) -> dict[str, Any]:
+    """A commit info of delta-spark 4.4 / Spark 4.2 (it writes metrics as strings)."""
+    return {"engineInfo": "Apache-Spark/4.2.0 Delta-Lake/4.4.0", "operation": operation, "operationMetrics": metrics,
+            "operationParameters": parameters, "readVersion": read_version, "timestamp": TIMESTAMP,
+            "version": version, **more}
+
+
+def rs_info(version: int, operation: str, parameters: dict[str, Any], **more: Any) -> dict[str, Any]:
+    """A commit info of delta-rs 1.6."""
+    return {"clientVersion": "delta-rs.py-1.6.6", "operation": operation, "operationParameters": parameters,
+            "timestamp": TIMESTAMP, "version": version, **more}
+
+
+# Commit infos as deltalake's DeltaTable.history() returns them, copied from real logs.
+SPARK_WRITE = spark_info(1, 0, "WRITE", {"numFiles": "2", "numOutputBytes": "1407", "numOutputRows": "2"},
+                         {"mode": "Append", "partitionBy": "[]"}, isBlindAppend=True,
+                         isolationLevel="Serializable", txnId="30b1e891-280a-426d-8332-f8a7a38859c4")
+SPARK_STREAMING_UPDATE = spark_info(
+    2, 1, "STREAMING UPDATE",
+    {"numAddedFiles": "2", "numOutputBytes": "1517", "numOutputRows": "25", "numRemovedFiles": "0"},
+    {"epochId": "3", "outputMode": "Append", "queryId": "a17d349e-2284-4944-9cc0-27f9ddbbb21f"},
+    isBlindAppend=True, isolationLevel="Serializable")
+RS_WRITE = rs_info(3, "WRITE", {"mode": "Append"}, engineInfo="delta-rs:py-1.6.6", operationMetrics={
+    "execution_time_ms": 2, "num_added_files": 1, "num_added_rows": 7, "num_partitions": 0, "num_removed_files": 0,
+    "num_retries": 0})
+SPARK_DELETE = spark_info(
+    4, 2, "DELETE",
+    {"numAddedBytes": "0", "numAddedFiles": "0", "numCopiedRows": "0", "numDeletedRows": "2",
+     "numRemovedBytes": "1400", "numRemovedFiles": "2"},
+    {"predicate": '["(id#569L = 1)"]'})
+SPARK_OPTIMIZE = spark_info(
+    5, 3, "OPTIMIZE", {"numAddedBytes": "773", "numAddedFiles": "1", "numRemovedBytes": "1414", "numRemovedFiles": "2"},
+    {"auto": False, "clusterBy": "[]", "predicate": "[]", "zOrderBy": "[]"})
+SPARK_SET_PROPERTIES = spark_info(6, 4, "SET TBLPROPERTIES", {}, {"properties": '{"flow.stopCount":"5"}'})
+RS_DELETE = rs_info(7, "DELETE", {"predicate": "id = 1"}, readVersion=1, operationMetrics={
+    "num_added_files": 1, "num_copied_rows": 2, "num_deleted_rows": 2, "num_removed_files": 2})
+RS_SET_PROPERTIES = rs_info(8, "SET TBLPROPERTIES", {"properties": '{"delta.appendOnly":"false"}'})
 
 
 def sink_metadata(count: int, size: int, **extra: Any) -> str:

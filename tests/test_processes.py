@@ -1,28 +1,39 @@
-"""Two producer applications (separate JVMs) appending to one queue at the same time."""
+"""Two producer applications (separate JVMs: the producer job, twice) appending to one queue at
+the same time."""
 
 from __future__ import annotations
 
+import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from _common import start_job
 from pyspark.sql import SparkSession
 
 from spark_flow.queue import declare
 
 pytestmark = pytest.mark.e2e
 
-PRODUCER = Path(__file__).parent / "producer_process.py"
+
+def write_batches(folder: Path, producer: str, batches: int, rows: int) -> None:
+    """``batches`` JSON files of ``rows`` messages ``id BIGINT, producer STRING``, ids from 0."""
+    folder.mkdir()
+    for batch in range(batches):
+        lines = (json.dumps({"id": batch * rows + i, "producer": producer}) for i in range(rows))
+        (folder / f"part-{batch:04d}.json").write_text("\n".join(lines) + "\n")
 
 
 def test_two_producer_processes_counts_and_depth_exact(spark: SparkSession, tmp_path: Path) -> None:
     path = str(tmp_path / "q")
     queue = declare(spark, path, "id BIGINT, producer STRING")
     batches, rows = 3, 40
-    procs = [subprocess.Popen([sys.executable, str(PRODUCER), path, name, str(batches), str(rows)],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for name in ("p1", "p2")]
+    procs = []
+    for name in ("p1", "p2"):
+        write_batches(tmp_path / name, name, batches, rows)
+        procs.append(start_job("producer", "--queue", path, "--name", name, "--source", "files",
+                               "--path", str(tmp_path / name), "--max-files-per-trigger", "1", "--available-now",
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     for proc in procs:
         output, _ = proc.communicate(timeout=300)
         assert proc.returncode == 0, output[-3000:]

@@ -17,9 +17,9 @@ import time
 from pathlib import Path
 
 import pytest
+from invariants import assert_transitions_follow_thresholds
+from processes import ROOT, failure, progress
 from pyspark.sql import SparkSession
-from test_controller import assert_transitions_follow_thresholds
-from test_jobs import ROOT, failure, progress
 
 from spark_flow.admin import FlowAdmin
 from spark_flow.queue import Queue

@@ -1,0 +1,40 @@
+"""The depth plot: the PNG it writes and the points it is drawn from (no Spark)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from spark_flow.plot import Sample, depth_points, plot_depth
+from spark_flow.state import Thresholds
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def at(seconds: float, depth: int, stopped: bool, **more: object) -> dict[str, object]:
+    return {"time": T0 + timedelta(seconds=seconds), "depth_count": depth, "flow_stopped": stopped,
+            "stop_count": 5, "resume_count": 2, **more}
+
+
+@pytest.mark.parametrize("thresholds", [Thresholds(5, 2, 0, 0), None], ids=["fixed", "the samples'"])
+def test_plot_depth_writes_a_png(tmp_path: Path, thresholds: Thresholds | None) -> None:
+    samples = [Sample(0, 0, False, 5, 2), Sample(1, 6, True, 5, 2), Sample(2, 4, True, 8, 4), Sample(3, 1, False, 8, 4)]
+    out = plot_depth(samples, thresholds, tmp_path / "plots" / "q.png", title="q")
+    assert out == tmp_path / "plots" / "q.png"
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert out.stat().st_size > 10_000
+
+
+def test_depth_points_merge_samples_and_transitions_in_time_order() -> None:
+    samples = [at(t, depth, stopped, producers_stopped=manual)  # the controller's, with the operator's stop
+               for t, depth, stopped, manual in ((0, 0, False, False), (2, 7, True, False), (4, 3, True, True),
+                                                 (6, 0, False, False))]
+    transitions = [at(-1, 9, True), at(1, 6, True), at(5, 1, False)]  # the first is before the first sample
+    points = depth_points(samples, transitions)
+    assert [(p.seconds, p.depth, p.flow_stopped) for p in points] == [
+        (0, 0, False), (1, 6, True), (2, 7, True), (4, 3, True),
+        (5, 1, True),  # resumed, but an operator's stop still holds the producers
+        (6, 0, False)]
+    assert {(p.stop_count, p.resume_count) for p in points} == {(5, 2)}

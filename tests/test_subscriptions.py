@@ -1,0 +1,103 @@
+"""The subscriptions table: ack positions and flow state of a queue's subscriptions, on a real
+Delta table written with deltalake (no Spark)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from spark_flow.exceptions import SubscriptionInUseError, SubscriptionNotFoundError
+from spark_flow.subscriptions import SubscriptionTable
+
+
+@pytest.fixture
+def subs(tmp_path: Path) -> SubscriptionTable:
+    table = SubscriptionTable(str(tmp_path / "subscriptions"), "q")
+    assert table.create_table()
+    return table
+
+
+def test_create_table_and_subscription_once(subs: SubscriptionTable) -> None:
+    assert not subs.create_table(), "the table exists already"
+    assert subs.create("default", 4)
+    assert not subs.create("default", 9), "an existing subscription is kept as it is"
+    sub = subs.get("default")
+    assert (sub.name, sub.position, sub.flow_stopped, sub.flow_stopped_count, sub.downstream) == ("default", 4, False, 0, ())
+    assert sub.created_at is not None and sub.reader is None
+
+
+def test_acknowledge_moves_forward_only_and_counts_discarded(subs: SubscriptionTable) -> None:
+    subs.create("default", 0)
+    assert subs.acknowledge("default", 5, discarded=2)
+    assert not subs.acknowledge("default", 3), "never backward"
+    assert not subs.acknowledge("default", 5), "a replayed acknowledgement changes nothing"
+    assert subs.acknowledge("default", 8, discarded=1)
+    sub = subs.get("default")
+    assert (sub.position, sub.discarded_count) == (8, 3)
+
+
+def test_get_and_acknowledge_an_unknown_subscription_name_the_known_ones(subs: SubscriptionTable) -> None:
+    subs.create("default", 0)
+    with pytest.raises(SubscriptionNotFoundError, match=r"'audit' does not exist on queue 'q'.*'default'"):
+        subs.get("audit")
+    with pytest.raises(SubscriptionNotFoundError):
+        subs.acknowledge("audit", 3)
+
+
+def test_a_second_table_handle_sees_changes_made_by_another(subs: SubscriptionTable) -> None:
+    other = SubscriptionTable(subs.location, "q")  # as another process has it
+    subs.create("default", 0)
+    assert [s.name for s in other.list()] == ["default"]
+    subs.acknowledge("default", 7)
+    assert other.get("default").position == 7
+
+
+def test_claim_refuses_a_live_reader_and_acknowledges_only_for_the_holder(subs: SubscriptionTable) -> None:
+    subs.create("default", 0)
+    subs.claim("default", "query-a", timeout=60)
+    subs.claim("default", "query-a", timeout=60)  # the holder claims again: fine
+    with pytest.raises(SubscriptionInUseError, match="query-a"):
+        subs.claim("default", "query-b", timeout=60)  # query-a's process (this one) is alive
+    with pytest.raises(SubscriptionInUseError):
+        subs.acknowledge("default", 3, reader="query-b")
+    assert subs.acknowledge("default", 3, reader="query-a")
+    sub = subs.get("default")
+    assert (sub.position, sub.reader) == (3, "query-a") and sub.reader_seen is not None
+
+
+def test_claim_takes_over_a_reader_not_seen_within_the_timeout(subs: SubscriptionTable) -> None:
+    subs.create("default", 0)
+    subs.claim("default", "query-a", timeout=60)
+    subs.claim("default", "query-b", timeout=0)
+    assert subs.get("default").reader == "query-b"
+    with pytest.raises(SubscriptionInUseError):
+        subs.acknowledge("default", 1, reader="query-a")
+
+
+def test_transition_is_a_compare_and_set_on_the_state_read(subs: SubscriptionTable) -> None:
+    subs.create("default", 0)
+    before = subs.get("default")
+    assert subs.transition(before, True, 1)
+    assert not subs.transition(before, True, 1), "another gate recorded it first: the state read is stale"
+    stopped = subs.get("default")
+    assert (stopped.flow_stopped, stopped.flow_stopped_count) == (True, 1)
+    assert stopped.last_transition is not None
+    assert subs.transition(stopped, False, 1)
+    assert (subs.get("default").flow_stopped, subs.get("default").flow_stopped_count) == (False, 1)
+
+
+def test_add_downstream_keeps_what_was_recorded_before(subs: SubscriptionTable) -> None:
+    subs.create("default", 0)
+    subs.add_downstream("default", ["/q/b", "/q/a"])
+    subs.add_downstream("default", ("/q/c", "/q/a"))
+    assert subs.get("default").downstream == ("/q/a", "/q/b", "/q/c")
+
+
+def test_drop_removes_the_subscription(subs: SubscriptionTable) -> None:
+    subs.create("default", 0)
+    subs.create("audit", 0)
+    subs.drop("audit")
+    assert [s.name for s in subs.list()] == ["default"]
+    with pytest.raises(SubscriptionNotFoundError):
+        subs.drop("audit")
