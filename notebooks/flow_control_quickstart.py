@@ -5,8 +5,10 @@
 # MAGIC resume the producer in the status table, change a threshold at run time, stop the producer by
 # MAGIC hand, and plot the depth against the thresholds.
 # MAGIC
-# MAGIC Runs on Databricks (the cluster's session is used as it is) and locally:
-# MAGIC `python notebooks/flow_control_quickstart.py` (tables under `$FLOW_NOTEBOOK_DIR` or a temp dir).
+# MAGIC Runs on Databricks (the cluster's session is used as it is: classic compute, or Spark Connect
+# MAGIC on serverless and standard access mode) and locally:
+# MAGIC `python notebooks/flow_control_quickstart.py` (tables under `$FLOW_NOTEBOOK_DIR` or a temp dir;
+# MAGIC with `SPARK_REMOTE=sc://host:port` set, through a Spark Connect server).
 
 # COMMAND ----------
 
@@ -60,7 +62,7 @@ controller = start_controller(spark, trigger="1 second")
 orders = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", 60).load()
           .selectExpr("value AS order_id", "concat('customer-', value % 7) AS customer",
                       "CAST(value * 1.5 AS DOUBLE) AS amount"))
-producer = (orders.writeStream.foreachBatch(QueueSink(queue_path, options={"capacity": 60}))
+producer = (orders.writeStream.foreachBatch(QueueSink(queue_path, options={"capacity": 60}, query_name="orders_producer"))
             .option("checkpointLocation", f"{base}/checkpoints/producer").trigger(processingTime="1 second")
             .queryName("orders_producer").start())
 consumer = (read_queue(spark, queue_path, maxRecordsPerTrigger=60).writeStream.format("delta")

@@ -432,18 +432,9 @@ def flow_conf(conf: Iterable[tuple[str, str]] | Mapping[str, str]) -> dict[str, 
 
 
 def session_flow_conf(spark: SparkSession) -> dict[str, str]:
-    """The ``spark.flow.*`` entries of a session's run-time conf, as set now.
-
-    Read on every micro-batch (a threshold set with ``spark.conf.set`` applies from the next
-    one), so only those keys cross py4j: ``spark.conf.getAll`` fetches every entry one call at a
-    time.
-    """
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
-    everything = jvm.java.util.TreeMap(spark._jsparkSession.conf().getAllAsJava())
-    entries = everything.subMap(CONF_PREFIX, CONF_PREFIX[:-1] + chr(ord(".") + 1))
-    keys = entries.keySet().toArray()
-    return {key: entries.get(key) for key in (keys[i] for i in range(len(keys)))}
+    """The ``spark.flow.*`` entries of a session's run-time conf, as set now (a classic or a
+    Spark Connect session). Read once where a query, a queue or the controller is set up."""
+    return flow_conf(spark.conf.getAll)
 
 
 def split_options(options: Mapping[str, Any], own: Iterable[str]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:

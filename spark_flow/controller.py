@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from spark_flow.config import check_conf, conf_settings, parse_duration, session_flow_conf
 from spark_flow.controller_sink import ControllerSink
@@ -42,7 +43,7 @@ def start_controller(
     *,
     queues: tuple[str, ...] | list[str] = (),
     checkpoint_location: str | None = None,
-    trigger: str = "1 second",
+    trigger: str | Mapping[str, Any] = "1 second",
     forget_after: str = "60s",
     query_name: str = "spark_flow_controller",
 ) -> StreamingQuery:
@@ -58,8 +59,10 @@ def start_controller(
         ``spark.flow.home`` set are registered already.
     checkpoint_location : str, optional
         Default ``<home>/_spark_flow/checkpoints/controller``: a restart goes on from there.
-    trigger : str
-        How often the controller looks at every queue.
+    trigger : str or mapping
+        How often the controller looks at every queue (a processing-time interval), or
+        ``DataStreamWriter.trigger`` keywords: ``{"availableNow": True}`` looks once and stops,
+        for a controller run on a schedule (serverless compute has no processing-time triggers).
     forget_after : str
         A queue or subscription not seen for this long is removed from the status table.
     """
@@ -85,8 +88,9 @@ def start_controller(
     steps = observations.groupBy("queue", "subscription").applyInPandasWithState(
         FlowStep(forget_ms), OUTPUT_SCHEMA, STATE_SCHEMA, "Update", GroupStateTimeout.ProcessingTimeTimeout)
     checkpoint = checkpoint_location or control_path(home, "checkpoints/controller")
-    return (steps.writeStream.outputMode("update").foreachBatch(ControllerSink(home)).queryName(query_name)
-            .option("checkpointLocation", checkpoint).trigger(processingTime=trigger).start())
+    return (steps.writeStream.outputMode("update").foreachBatch(ControllerSink(home, query_name)).queryName(query_name)
+            .option("checkpointLocation", checkpoint)
+            .trigger(**({"processingTime": trigger} if isinstance(trigger, str) else trigger)).start())
 
 
 def stop_between_batches(query: StreamingQuery, timeout: float = 30.0) -> None:

@@ -18,6 +18,7 @@ from spark_flow.exceptions import SubscriptionNotFoundError
 from spark_flow.ledger import Depth
 from spark_flow.observation import now_ms
 from spark_flow.queue import open_queue
+from spark_flow.session import streaming_query
 from spark_flow.state import FlowState, Thresholds
 from spark_flow.status import append_history, write_status
 from spark_flow.subscriptions import Subscription
@@ -33,12 +34,14 @@ class ControllerSink:
     (an older id never overwrites a newer one), transitions are compare-and-set, status rows
     are upserts, and history is appended once per batch id (a Delta app transaction)."""
 
-    def __init__(self, home: str) -> None:
+    def __init__(self, home: str, query_name: str) -> None:
         self.home = home
+        self.query_name = query_name
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         rows = batch.toArrow().to_pylist()
-        query_id = batch.sparkSession.sparkContext.getLocalProperty("sql.streaming.queryId")
+        query = streaming_query(batch.sparkSession, self.query_name)
+        query_id = query.id if query is not None else self.query_name
         history = []
         for row in sorted((r for r in rows if r["kind"] == "command"), key=lambda r: r["command_id"]):
             history.append(self._apply(row))

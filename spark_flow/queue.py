@@ -430,8 +430,9 @@ def declare(
     conf = session_flow_conf(spark)
     given = {key: raw for key, raw in conf_settings(ref.name, conf, "queue").values()}
     wanted = StructType.fromDDL(schema) if isinstance(schema, str) else schema
-    if _table_exists(spark, ref):
-        location = _adopt(spark, ref, wanted, properties, given, _state_location(state_location, conf, ref.name))
+    detail = _detail(spark, ref)
+    if detail is not None:
+        location = _adopt(spark, ref, detail, wanted, properties, given, _state_location(state_location, conf, ref.name))
     else:
         location = _create(spark, ref, wanted, properties, given, _state_location(state_location, conf, ref.name))
     handle = Queue(location)
@@ -445,18 +446,14 @@ def declare(
     return handle
 
 
-def _adopt(spark: SparkSession, ref: QueueRef, wanted: StructType | None, properties: dict[str, str],
-           given: Mapping[str, Any], state_location: Callable[[str], str]) -> str:
+def _adopt(spark: SparkSession, ref: QueueRef, detail: Mapping[str, Any], wanted: StructType | None,
+           properties: dict[str, str], given: Mapping[str, Any], state_location: Callable[[str], str]) -> str:
     """Declare an existing Delta table a queue (again): its columns must be the declared ones;
     the settings given are recorded, and the conf's where the queue has none. Returns its location."""
-    from delta.tables import DeltaTable
-
-    existing = (spark.read.format("delta").load(ref.path) if ref.path else spark.table(ref.sql)).schema
+    existing = spark.table(ref.sql).schema
     if wanted is not None and _columns(existing) != _columns(wanted):
         raise SchemaMismatchError(ref.name, existing.simpleString(), wanted.simpleString(),
                                   "the existing table's columns differ from the declared schema")
-    current = DeltaTable.forPath(spark, ref.path) if ref.path else DeltaTable.forName(spark, ref.sql)
-    detail = current.detail().first()
     has, location = detail["properties"], normalize_path(detail["location"])
     state = has.get(STATE_LOCATION) or state_location(location)
     runtime = OverrideTable(posixpath.join(state, "overrides")).settings()
@@ -475,20 +472,17 @@ def _create(spark: SparkSession, ref: QueueRef, wanted: StructType | None, prope
             given: Mapping[str, Any], state_location: Callable[[str], str]) -> str:
     """Create a queue: a Delta table with Change Data Feed on and its settings as properties
     (the given ones over the conf's). Returns its location."""
-    from delta.tables import DeltaTable
-
     if wanted is None:
         raise QueueNotFoundError(ref.name, "it does not exist yet, and a schema is needed to create it")
     queue_settings(ref.name, given, properties)  # every bad value fails before any write
-    if ref.path and _path_has_files(spark, ref.path):
-        raise QueueNotFoundError(ref.path, "the path holds files that are not a Delta table; "
-                                           "declare a queue on an empty path or on a Delta table")
-    builder = DeltaTable.createIfNotExists(spark)
-    builder = builder.location(ref.path) if ref.path else builder.tableName(ref.sql)
-    builder = builder.addColumns(wanted).property("delta.enableChangeDataFeed", "true").property(QUEUE_NAME, ref.name)
-    for key, value in {**_queue_properties(given), **properties}.items():
-        builder = builder.property(key, value)
-    location = normalize_path(builder.execute().detail().first()["location"])
+    created = {"delta.enableChangeDataFeed": "true", QUEUE_NAME: ref.name, **_queue_properties(given), **properties}
+    spark.sql(f"CREATE TABLE IF NOT EXISTS {ref.sql} ({wanted.toDDL()}) USING delta "
+              f"TBLPROPERTIES ({_sql_properties(created)})")
+    detail = _detail(spark, ref)
+    if detail is None:  # IF NOT EXISTS took the files at the path for a table
+        raise QueueNotFoundError(str(ref.path), "the path holds files that are not a Delta table; "
+                                                "declare a queue on an empty path or on a Delta table")
+    location = normalize_path(detail["location"])
     spark.sql(f"ALTER TABLE {ref.sql} SET TBLPROPERTIES ({_sql_properties({STATE_LOCATION: state_location(location)})})")
     return location
 
@@ -510,19 +504,22 @@ def _columns(schema: StructType) -> list[tuple[str, str]]:
     return [(f.name, f.dataType.simpleString()) for f in schema.fields]
 
 
-def _table_exists(spark: SparkSession, ref: QueueRef) -> bool:
-    from delta.tables import DeltaTable
+def _detail(spark: SparkSession, ref: QueueRef) -> dict[str, Any] | None:
+    """Delta's ``DESCRIBE DETAIL`` of the queue's table (its location and properties), None if
+    there is no Delta table there. SQL, so it is the same with a classic and a Connect session."""
+    from pyspark.errors import AnalysisException
 
-    if ref.path:
-        return DeltaTable.isDeltaTable(spark, ref.path)
-    return spark.catalog.tableExists(str(ref.table))
-
-
-def _path_has_files(spark: SparkSession, path: str) -> bool:
-    jvm = spark.sparkContext._jvm
-    hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
-    fs = hadoop_path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
-    return fs.exists(hadoop_path) and len(fs.listStatus(hadoop_path)) > 0
+    if ref.table is not None and not spark.catalog.tableExists(ref.table):
+        return None
+    try:
+        detail = spark.sql(f"DESCRIBE DETAIL {ref.sql}").first().asDict()
+    except AnalysisException as error:
+        if "DELTA_MISSING_DELTA_TABLE" in str(error.getCondition()):
+            return None
+        raise
+    if detail["format"] != "delta":
+        raise QueueNotFoundError(ref.name, f"table {ref.sql} is a {detail['format']} table, not a Delta table")
+    return detail
 
 
 def queue_location(spark: SparkSession, queue: str) -> str:
@@ -530,9 +527,10 @@ def queue_location(spark: SparkSession, queue: str) -> str:
     ref = queue_ref(queue)
     if ref.path:
         return ref.path
-    if not spark.catalog.tableExists(queue):
-        raise QueueNotFoundError(queue, "no such table in the catalog")
-    return normalize_path(spark.sql(f"DESCRIBE DETAIL {ref.sql}").first()["location"])
+    detail = _detail(spark, ref)
+    if detail is None:
+        raise QueueNotFoundError(queue, "no such Delta table in the catalog")
+    return normalize_path(detail["location"])
 
 
 def purge_acknowledged(spark: SparkSession, queue: str) -> int:

@@ -3,17 +3,24 @@
 Local runs and tests get a session with Delta's extension, catalog and jars (resolved from
 Maven Central by Spark's package resolution); a session that already exists (Databricks, a
 spark-submit job, a notebook) is used as it is, and settings given on spark-submit are kept.
+With ``SPARK_REMOTE`` set (``spark-submit --remote sc://...``) it is a Spark Connect session.
+Everything else in spark-flow takes either kind of session; the few things only one kind has
+are here.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, NoReturn
 
+from spark_flow.exceptions import ConfigurationError
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+    from pyspark.sql.streaming import StreamingQuery
 
 #: Delta's jars for Spark 4.2 / Scala 2.13. delta-spark 4.4.1's Python package is pinned, but
 #: its 4.4.1 jars are not on Maven Central; the 4.4.0 jars are, and they speak the same API.
@@ -51,6 +58,41 @@ LOCAL_DEFAULTS: dict[str, str] = {
 }
 
 
+def is_connect(spark: SparkSession) -> bool:
+    """Whether ``spark`` is a Spark Connect session (Databricks serverless and standard access
+    mode, ``SparkSession.builder.remote``, ``spark-submit --remote``): no JVM on this side, so
+    no ``sparkContext`` and no thread-local properties."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def streaming_query(spark: SparkSession, name: str | None = None, *, required: bool = True) -> StreamingQuery | None:
+    """The streaming query running the foreachBatch call that was given ``spark`` (the batch's
+    session), as the user's session sees it; None outside a streaming query.
+
+    Classic Spark names it in a thread-local property, and only the user's own session lists
+    it (the batch's session is a clone). Spark Connect has no thread-local properties, and the
+    batch's session is the user's: the query is the active one named ``name`` (the query's
+    ``queryName``), or the only active one. When that cannot tell, raises
+    :class:`ConfigurationError` (before anything is written), or returns None if not ``required``.
+    """
+    from pyspark.sql import SparkSession
+
+    if not is_connect(spark):
+        query_id = spark.sparkContext.getLocalProperty("sql.streaming.queryId")
+        return SparkSession.builder.getOrCreate().streams.get(query_id) if query_id else None
+    active = spark.streams.active
+    named = [q for q in active if q.name == name] if name else active
+    if len(named) == 1:
+        return named[0]
+    if not required:
+        return None
+    running = ", ".join(repr(q.name or str(q.id)) for q in active) or "none"
+    raise ConfigurationError("query_name", name, "under Spark Connect, the name of this streaming query "
+                                                 f"(.queryName(...)) among the session's active ones: {running}",
+                             "Connect tells a foreachBatch function nothing of its query: name the query, "
+                             "and give the same name to QueueSink(query_name=...), or give QueueSink(app_id=...)")
+
+
 def get_spark(conf: Mapping[str, str] | None = None) -> SparkSession:
     """Return the active SparkSession, or create one with Delta configured.
 
@@ -72,6 +114,9 @@ def get_spark(conf: Mapping[str, str] | None = None) -> SparkSession:
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
+    remote = (conf or {}).get("spark.remote") or os.environ.get("SPARK_REMOTE")
+    if remote:
+        return _remote_session(remote, conf or {})
     spark_conf = SparkConf()
     for key, value in {**LOCAL_DEFAULTS, **DELTA_CONF, **(conf or {})}.items():
         spark_conf.setIfMissing(key, value)
@@ -87,6 +132,22 @@ def get_spark(conf: Mapping[str, str] | None = None) -> SparkSession:
     os.environ.setdefault("PYSPARK_PYTHON", python)
     spark_conf.setIfMissing("spark.pyspark.python", python)
     return SparkSession.builder.config(conf=spark_conf).getOrCreate()
+
+
+def _remote_session(url: str, conf: Mapping[str, str]) -> SparkSession:
+    """A Spark Connect session with the ``spark.flow.*`` entries of ``conf`` and of
+    ``spark-submit --remote --conf`` (which PySpark passes on for ``spark.sql.*`` keys only).
+    The server's own configuration has Delta; static settings cannot be set from a client."""
+    from pyspark.sql import SparkSession
+
+    given = dict(conf)
+    for i in range(int(os.environ.get("PYSPARK_REMOTE_INIT_CONF_LEN", "0"))):
+        given = {**json.loads(os.environ[f"PYSPARK_REMOTE_INIT_CONF_{i}"]), **given}
+    spark = SparkSession.builder.remote(url).getOrCreate()
+    for key, value in given.items():
+        if key.startswith("spark.flow."):
+            spark.conf.set(key, value)
+    return spark
 
 
 def exit_process(status: int = 0) -> NoReturn:

@@ -35,6 +35,7 @@ from spark_flow.exceptions import (
 from spark_flow.gate import Gate, GateStatus
 from spark_flow.ledger import METADATA_KEY, Depth
 from spark_flow.queue import Queue, open_queue, queue_location
+from spark_flow.session import is_connect, streaming_query
 from spark_flow.source import flowqueue_offset
 
 if TYPE_CHECKING:
@@ -181,7 +182,12 @@ class QueueSink:
         in the Spark conf that the queue has none recorded for are recorded with it at the
         first batch.
     app_id : str, optional
-        The ``txnAppId`` for batches written outside a streaming query (default: the query id).
+        The ``txnAppId`` of the batches, the same for every run of the query (default:
+        ``spark-flow/<query id>``; required for batches written outside a streaming query).
+    query_name : str, optional
+        The query's name (``.queryName(...)``). Under Spark Connect a foreachBatch function is
+        told nothing of its query: it is the session's active query of this name, or its only
+        active query (:func:`enqueue_stream` gives it).
 
     Examples
     --------
@@ -191,7 +197,7 @@ class QueueSink:
 
     def __init__(self, queue: str | None = None, *, route_column: str | None = None,
                  size_column: str | None = None, options: Mapping[str, Any] | None = None,
-                 app_id: str | None = None) -> None:
+                 app_id: str | None = None, query_name: str | None = None) -> None:
         if (queue is None) == (route_column is None):
             raise ConfigurationError("queue", queue, "exactly one of queue or route_column")
         _own, self.options, self.conf = split_options(dict(options or {}), ())
@@ -200,6 +206,7 @@ class QueueSink:
         self.route_column = route_column
         self.size_column = size_column
         self.app_id = app_id
+        self.query_name = query_name
         self.last: dict[str, BatchReport] = {}
         self._gates: dict[str, Gate] = {}  # by destination, made at its first batch
         self._session_conf: dict[str, str] | None = None
@@ -210,17 +217,18 @@ class QueueSink:
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         spark = batch.sparkSession
-        query_id = spark.sparkContext.getLocalProperty("sql.streaming.queryId")
+        query = streaming_query(spark, self.query_name, required=self.app_id is None)
+        query_id = str(query.id) if query is not None else None
         if query_id:
             SINKS[query_id] = self
         app_id = self.app_id or (f"spark-flow/{query_id}" if query_id else None)
         if app_id is None:
             raise ConfigurationError("app_id", None, "a stable id for batches written outside a streaming query")
-        is_active = _activity(query_id)
+        is_active = (lambda: query.isActive) if query is not None else (lambda: True)
         with _cached(batch) as batch:
             parts = self._route(batch)
             gates = {dest: self._gate(spark, dest) for dest in parts}
-            self._record_downstream(query_id, gates)
+            self._record_downstream(query, gates)
             self._held = dict.fromkeys((gate.queue.path for gate in gates.values()), 0.0)
             rows = self._check(parts, gates)
             measured = {dest: self._measured(part, gates[dest].queue, app_id, batch_id) for dest, part in rows.items()}
@@ -242,15 +250,15 @@ class QueueSink:
             self._gates[dest] = Gate(queue, producer_settings(queue.name, self.options, conf))
         return self._gates[dest]
 
-    def _record_downstream(self, query_id: str | None, gates: Mapping[str, Gate]) -> None:
+    def _record_downstream(self, query: StreamingQuery | None, gates: Mapping[str, Gate]) -> None:
         """Record this query's destinations as the downstream of the queue subscriptions it
         reads (from its progress, from its second batch on): held here, that consumer is held
         back by backpressure, and the controller does not take it for stalled."""
         new = [gate.queue.path for gate in gates.values() if gate.queue.path not in self._downstream]
-        if not new or query_id is None:
+        if not new or query is None:
             return
         if self._consumed is None:
-            self._consumed = _consumed(query_id)
+            self._consumed = _consumed(query)
             if self._consumed is None:
                 return
         for path, subscription in self._consumed:
@@ -382,8 +390,7 @@ class QueueSink:
         (ALTER TBLPROPERTIES, a declare, a process recording its conf's settings) fails the append
         with Delta's MetadataChangedException; the append is tried again, and its ``txnVersion``
         makes sure it is written once."""
-        from delta.exceptions import MetadataChangedException, ProtocolChangedException
-
+        conflicts = _commit_conflicts(rows.sparkSession)
         metadata = {METADATA_KEY: {"count": int(count), "size": int(size), "producer": app_id, "batch": batch_id}}
         writer = (rows.write.format("delta").mode("append").option("txnAppId", app_id)
                   .option("txnVersion", str(txn_version)).option("userMetadata", json.dumps(metadata)))
@@ -391,7 +398,7 @@ class QueueSink:
             try:
                 writer.save(queue.path)
                 return
-            except (MetadataChangedException, ProtocolChangedException) as error:
+            except conflicts as error:
                 if attempt >= _WRITE_RETRIES:
                     raise
                 log.info("queue %r: its metadata changed during batch %d's append (%s); appending again",
@@ -451,28 +458,22 @@ def _unpersist(rows: DataFrame) -> None:
         rows.unpersist()
 
 
-def _activity(query_id: str | None) -> Callable[[], bool]:
-    """Whether the query is still running, as the user's own session sees it: the session a
-    foreachBatch function is given is a clone whose ``streams`` does not list the query."""
-    if query_id is None:
-        return lambda: True
-    from pyspark.sql import SparkSession
+def _commit_conflicts(spark: SparkSession) -> tuple[type[Exception], ...]:
+    """Delta's metadata and protocol conflicts, which an append retries, as this session's client
+    raises them: Delta's exceptions module for the client (py4j or Connect) turns the server's
+    errors into subclasses of these."""
+    if is_connect(spark):
+        import delta.connect.exceptions
+    else:
+        import delta.exceptions  # noqa: F401
+    from delta.exceptions.base import MetadataChangedException, ProtocolChangedException
 
-    session = SparkSession.builder.getOrCreate()
-
-    def is_active() -> bool:
-        query = session.streams.get(query_id)
-        return query is not None and query.isActive
-
-    return is_active
+    return MetadataChangedException, ProtocolChangedException
 
 
-def _consumed(query_id: str) -> list[tuple[str, str]] | None:
+def _consumed(query: StreamingQuery) -> list[tuple[str, str]] | None:
     """The flowqueue subscriptions a query reads, from its last progress; None before it has one."""
-    from pyspark.sql import SparkSession
-
-    query = SparkSession.builder.getOrCreate().streams.get(query_id)
-    progress = query.lastProgress if query is not None else None
+    progress = query.lastProgress
     if progress is None:
         return None
     offsets = [flowqueue_offset(source.endOffset) for source in progress.sources]
@@ -485,9 +486,10 @@ def enqueue_stream(df: DataFrame, queue: str | None, checkpoint_location: str, *
     """Start a streaming query that enqueues ``df`` into ``queue`` with flow control.
 
     ``trigger`` takes ``DataStreamWriter.trigger`` keywords (``{"processingTime": "1 second"}``);
-    other keywords go to :class:`QueueSink`.
+    other keywords go to :class:`QueueSink` (the query's name too: under Spark Connect that is
+    how the sink finds its query).
     """
-    writer = df.writeStream.foreachBatch(QueueSink(queue, **sink_options)).option(
+    writer = df.writeStream.foreachBatch(QueueSink(queue, query_name=query_name, **sink_options)).option(
         "checkpointLocation", checkpoint_location)
     if trigger:
         writer = writer.trigger(**trigger)

@@ -52,6 +52,15 @@ def _archive_classes(archive: Path, quiet: str) -> None:
 
 
 @pytest.fixture(scope="session")
+def spark_connect(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A local Spark Connect server for the suite; its ``sc://`` URL."""
+    from servers import spark_connect_server
+
+    with spark_connect_server(tmp_path_factory.mktemp("connect") / "server.log") as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     session = get_spark(TEST_CONF)
     session.sparkContext.setLogLevel("ERROR")
