@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from spark_flow import ConfigurationError, SparkFlowError, get_spark
 from spark_flow.config import flow_conf, parse_size, session_flow_conf
-from spark_flow.session import exit_process
+from spark_flow.session import exit_process, is_connect, streaming_query
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -130,7 +130,8 @@ def start_session(app_name: str, verbose: bool, check: Callable[[dict[str, str]]
     # A query stopped while its batch is held reports the interrupted callback; that is expected.
     logging.getLogger("py4j").setLevel(logging.CRITICAL)
     spark = get_spark({"spark.app.name": app_name})
-    spark.sparkContext.setLogLevel("ERROR")
+    if not is_connect(spark):  # a Connect server's log is the server's
+        spark.sparkContext.setLogLevel("ERROR")
     check(session_flow_conf(spark))
     return spark
 
@@ -168,22 +169,11 @@ def fmt_bool(value: bool) -> str:
     return "true" if value else "false"
 
 
-def query_active() -> Callable[[], bool]:
-    """Whether the streaming query running the current foreachBatch call is still active.
-
-    Looked up in the job's own session: the session a foreachBatch function is given is a clone
-    whose ``streams`` does not list the query.
-    """
-    from pyspark.sql import SparkSession
-
-    session = SparkSession.builder.getOrCreate()
-    query_id = session.sparkContext.getLocalProperty("sql.streaming.queryId")
-
-    def active() -> bool:
-        query = session.streams.get(query_id) if query_id else None
-        return query is not None and query.isActive
-
-    return active
+def query_active(batch: DataFrame, name: str) -> Callable[[], bool]:
+    """Whether the streaming query ``name`` running the current foreachBatch call is still active
+    (a classic or a Spark Connect session: :func:`spark_flow.session.streaming_query`)."""
+    query = streaming_query(batch.sparkSession, name, required=False)
+    return (lambda: query.isActive) if query is not None else (lambda: True)
 
 
 def sleep_while(active: Callable[[], bool], seconds: float) -> None:
@@ -205,16 +195,18 @@ class SlowConsumer:
     """A foreachBatch function: a consumer that works ``seconds_per_row`` on each message (a sleep,
     cut short when its query stops), then appends the batch to the Delta table ``output`` exactly
     once (:func:`append_once`; ``app_id`` by default ``spark-flow-consumer/<query id>``, which a
-    restart from the same checkpoint keeps).
+    restart from the same checkpoint keeps; under Spark Connect, name the query ``query_name``).
 
     Subclasses look at each batch before its work (:meth:`read`, which returns its rows) and after
     it is written (:meth:`written`).
     """
 
-    def __init__(self, output: str, seconds_per_row: float = 0.0, app_id: str | None = None) -> None:
+    def __init__(self, output: str, seconds_per_row: float = 0.0, app_id: str | None = None,
+                 query_name: str | None = None) -> None:
         self.output = output
         self.seconds_per_row = seconds_per_row
         self.app_id = app_id
+        self.query_name = query_name
         self.batches = 0
         self.consumed = 0
 
@@ -226,8 +218,9 @@ class SlowConsumer:
         """Called once the batch is appended to ``output``."""
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        active = query_active()
-        app_id = self.app_id or f"spark-flow-consumer/{batch.sparkSession.sparkContext.getLocalProperty('sql.streaming.queryId')}"
+        query = streaming_query(batch.sparkSession, self.query_name, required=self.app_id is None)
+        active = (lambda: query.isActive) if query is not None else (lambda: True)
+        app_id = self.app_id or f"spark-flow-consumer/{query.id}"
         batch = batch.persist()  # looked at, then written: read the queue once
         try:
             rows = self.read(batch)

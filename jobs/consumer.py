@@ -86,7 +86,8 @@ class ProgressConsumer(SlowConsumer):
     def __init__(self, queue: Queue, subscription: str, output: str, delay_per_message: float | None,
                  rows_per_second: float | None) -> None:
         # The slower of the two throttles: max(rows x delay, rows / rate) = rows x max(delay, 1 / rate).
-        super().__init__(output, max(delay_per_message or 0.0, 1 / rows_per_second if rows_per_second else 0.0))
+        super().__init__(output, max(delay_per_message or 0.0, 1 / rows_per_second if rows_per_second else 0.0),
+                         query_name=f"consumer_{subscription}")
         self.queue = queue
         self.subscription = subscription
         self._newest: int | None = None
@@ -123,7 +124,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     messages = read_queue(spark, args.queue, args.subscription, **options)
     checkpoint = args.checkpoint or posixpath.join(queue.state_location, "checkpoints", f"consumer-{args.subscription}")
     consumer = ProgressConsumer(queue, args.subscription, args.output, args.delay_per_message, args.rows_per_second)
-    query = (messages.writeStream.foreachBatch(consumer).queryName(f"consumer_{args.subscription}")
+    query = (messages.writeStream.foreachBatch(consumer).queryName(str(consumer.query_name))
              .option("checkpointLocation", checkpoint).trigger(processingTime=args.trigger).start())
     depth = queue.depth(args.subscription)
     emit(f"consumer={args.subscription} started: queue {queue.name} ({queue.path}), depth {depth.count} messages / "

@@ -50,12 +50,13 @@ def main() -> None:
     # not with everything a time-based rate source would have made meanwhile.
     messages = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", 100).load()
                 .selectExpr("value AS id", "concat('event-', value) AS body"))
-    producer = (messages.writeStream.foreachBatch(QueueSink(path, options={"capacity": CAPACITY})).queryName("demo_producer")
+    producer = (messages.writeStream.foreachBatch(QueueSink(path, options={"capacity": CAPACITY}, query_name="demo_producer"))
+                .queryName("demo_producer")
                 .option("checkpointLocation", str(base / "checkpoints" / "producer"))
                 .trigger(processingTime="1 second").start())
     output = str(base / "consumed")
     consumer = (read_queue(spark, path, maxRecordsPerTrigger=CAPACITY).writeStream
-                .foreachBatch(SlowConsumer(output, 1 / CONSUMER_RATE)).queryName("demo_consumer")
+                .foreachBatch(SlowConsumer(output, 1 / CONSUMER_RATE, query_name="demo_consumer")).queryName("demo_consumer")
                 .option("checkpointLocation", str(base / "checkpoints" / "consumer"))
                 .trigger(processingTime="1 second").start())
 

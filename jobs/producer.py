@@ -164,7 +164,7 @@ class ProgressSink:
         try:
             self.sink(batch, batch_id)
         except Exception as error:
-            if isinstance(error, HoldInterruptedError) or not query_active()():
+            if isinstance(error, HoldInterruptedError) or not query_active(batch, str(self.sink.query_name))():
                 self._interrupted(batch_id)  # the job's stop cut the batch short; a restart finishes it
             else:
                 self.error = error
@@ -259,9 +259,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     conform(messages, schema, queue.name)  # a schema mismatch fails here, before the query starts
 
     checkpoint = args.checkpoint or posixpath.join(queue.state_location, "checkpoints", f"producer-{args.name}")
-    sink = ProgressSink(QueueSink(args.queue, options=options), args.queue, queue.path, args.name)
+    name = f"producer_{args.name}"
+    sink = ProgressSink(QueueSink(args.queue, options=options, query_name=name), args.queue, queue.path, args.name)
     trigger = {"availableNow": True} if args.available_now else {"processingTime": args.trigger}
-    query = (messages.writeStream.foreachBatch(sink).queryName(f"producer_{args.name}")
+    query = (messages.writeStream.foreachBatch(sink).queryName(name)
              .option("checkpointLocation", checkpoint).trigger(**trigger).start())
     t = settings.thresholds
     limits = (f"stopCount={t.stop_count} resumeCount={t.resume_count} stopSize={t.stop_size} resumeSize={t.resume_size}"
