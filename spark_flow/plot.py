@@ -72,7 +72,8 @@ def depth_points(samples: Sequence[Mapping[str, Any]], transitions: Sequence[Map
     """The controller's samples merged with the queue's transition records, in time order, from
     the first sample on: a transition record carries the depth at the very moment of a stop or
     resume, which periodic samples may miss. Producers count as held while flow-stopped or
-    stopped by an operator (as the last sample before says)."""
+    stopped by an operator: a transition record has no ``producers_stopped``, so it carries the
+    last sample's forward."""
     start = samples[0]["time"]
     points, manual = [], False
     rows = [*samples, *(r for r in transitions if r["time"] >= start)]

@@ -19,21 +19,24 @@ if TYPE_CHECKING:
     from deltalake import DeltaTable
 
 
+def _flow_fields() -> list[pa.Field]:
+    """What a status row and a history row both say: depth, thresholds and flow state."""
+    import pyarrow as pa
+
+    return [pa.field(name, pa.int64()) for name in ("depth_count", "depth_size", "stop_count", "resume_count",
+                                                    "stop_size", "resume_size")] + [
+        pa.field("flow_stopped", pa.bool_()), pa.field("flow_stopped_count", pa.int64())]
+
+
 def status_schema() -> pa.Schema:
+    """One row per queue and subscription, as the controller last saw it."""
     import pyarrow as pa
 
     ts = pa.timestamp("us", tz="UTC")
     return pa.schema([
         pa.field("queue", pa.string(), nullable=False),
         pa.field("subscription", pa.string(), nullable=False),
-        pa.field("depth_count", pa.int64()),
-        pa.field("depth_size", pa.int64()),
-        pa.field("stop_count", pa.int64()),
-        pa.field("resume_count", pa.int64()),
-        pa.field("stop_size", pa.int64()),
-        pa.field("resume_size", pa.int64()),
-        pa.field("flow_stopped", pa.bool_()),
-        pa.field("flow_stopped_count", pa.int64()),
+        *_flow_fields(),
         pa.field("last_transition", ts),
         pa.field("oldest_message_age_seconds", pa.float64()),
         pa.field("consumer_stalled", pa.bool_()),
@@ -47,6 +50,7 @@ def status_schema() -> pa.Schema:
 
 
 def history_schema() -> pa.Schema:
+    """A sample, a transition or a command, by time."""
     import pyarrow as pa
 
     return pa.schema([
@@ -54,14 +58,7 @@ def history_schema() -> pa.Schema:
         pa.field("queue", pa.string(), nullable=False),
         pa.field("subscription", pa.string(), nullable=False),
         pa.field("event", pa.string(), nullable=False),
-        pa.field("depth_count", pa.int64()),
-        pa.field("depth_size", pa.int64()),
-        pa.field("stop_count", pa.int64()),
-        pa.field("resume_count", pa.int64()),
-        pa.field("stop_size", pa.int64()),
-        pa.field("resume_size", pa.int64()),
-        pa.field("flow_stopped", pa.bool_()),
-        pa.field("flow_stopped_count", pa.int64()),
+        *_flow_fields(),
         pa.field("producers_stopped", pa.bool_()),
         pa.field("detail", pa.string()),
     ])
