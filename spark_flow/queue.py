@@ -529,7 +529,7 @@ def queue_location(spark: SparkSession, queue: str) -> str:
         return ref.path
     detail = _detail(spark, ref)
     if detail is None:
-        raise QueueNotFoundError(queue, "no such Delta table in the catalog")
+        raise QueueNotFoundError(queue, "no such table in the catalog")
     return normalize_path(detail["location"])
 
 

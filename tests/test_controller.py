@@ -161,6 +161,32 @@ def declare_registered(spark: SparkSession, admin: FlowAdmin, path: Path, schema
 
 
 @pytest.mark.e2e
+def test_an_available_now_controller_looks_once_per_run(spark: SparkSession, tmp_path: Path) -> None:
+    """Run on a schedule (serverless compute has no processing-time triggers): each run looks at
+    every queue once, applies the commands issued since the last run, and stops by itself."""
+    home, path = str(tmp_path / "home"), str(tmp_path / "q")
+    queue = declare(spark, path, SCHEMA, settings={"stopCount": 5, "resumeCount": 2})
+    admin = FlowAdmin(home)
+    admin.register(path)
+    append_plain(spark, path, 0, 10)
+    checkpoint = str(tmp_path / "controller")
+
+    def run() -> dict[str, object]:
+        controller = start_controller(spark, home, checkpoint_location=checkpoint, trigger={"availableNow": True})
+        assert controller.awaitTermination(120), "an availableNow controller stops after its look"
+        assert controller.exception() is None
+        return status_of(admin, "q")
+
+    first = run()
+    assert (first["depth_count"], first["flow_stopped"], first["flow_stopped_count"]) == (10, True, 1)
+    command = admin.set("q", stopCount=50, resumeCount=20)
+    queue.acknowledge("default", queue.refresh() - 1)  # a consumer took the older half meanwhile
+    second = run()
+    assert (second["stop_count"], second["flow_stopped"], second["flow_stopped_count"]) == (50, False, 1)
+    assert queue.overrides.applied() == command
+
+
+@pytest.mark.e2e
 def test_manual_stop_holds_a_producer_with_an_empty_queue_and_start_releases_it(
         spark: SparkSession, controlled: tuple[FlowAdmin, Path]) -> None:
     admin, base = controlled

@@ -1,0 +1,51 @@
+"""spark-flow as a Spark Connect client (Databricks serverless and standard access mode): what
+Connect cannot give is asked for, before anything is written. The notebook's whole run under
+Connect is in test_notebook."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from spark_flow import open_queue
+
+pytestmark = pytest.mark.e2e
+
+CLIENT = textwrap.dedent("""
+    import sys
+    from spark_flow import QueueSink, declare, get_spark
+    from spark_flow.session import exit_process
+
+    base = sys.argv[1]
+    spark = get_spark()
+    declare(spark, f"{base}/q", "id BIGINT", settings={"stopCount": 100})
+    rows = spark.readStream.format("rate-micro-batch").option("rowsPerBatch", 5).load().selectExpr("value AS id")
+    other = rows.writeStream.format("noop").option("checkpointLocation", f"{base}/c1").start()
+    sink = QueueSink(f"{base}/q", options={"capacity": 10})  # no query_name: two queries run
+    producer = (rows.writeStream.foreachBatch(sink).queryName("p").option("checkpointLocation", f"{base}/c2")
+                .start())
+    try:
+        producer.awaitTermination(300)
+        print("EXCEPTION", producer.exception())
+    finally:
+        other.stop()
+    exit_process(0)
+""")
+
+
+def test_a_producer_that_cannot_tell_its_query_fails_before_writing(tmp_path: Path, spark_connect: str) -> None:
+    """Connect tells a foreachBatch function nothing of its query: with two queries running and
+    no ``query_name``, the sink's first batch fails naming ``query_name`` and the queries it
+    could be, and the queue gets no message."""
+    env = {**os.environ, "SPARK_REMOTE": spark_connect}
+    result = subprocess.run([sys.executable, "-c", CLIENT, str(tmp_path)], env=env, capture_output=True, text=True,
+                            timeout=400, check=False)
+    assert result.returncode == 0, f"stdout:\n{result.stdout[-3000:]}\nstderr:\n{result.stderr[-3000:]}"
+    error = next(line for line in result.stdout.splitlines() if line.startswith("EXCEPTION"))
+    assert "query_name=None is not valid" in error and "'p'" in error and "QueueSink(query_name=" in error, error
+    assert open_queue(str(tmp_path / "q")).depth().count == 0
