@@ -31,7 +31,8 @@ CLIENT = textwrap.dedent("""
                 .start())
     try:
         producer.awaitTermination(300)
-        print("EXCEPTION", producer.exception())
+    except Exception as error:  # the query's failure, raised on the client
+        print("EXCEPTION", " ".join(str(error).split()))
     finally:
         other.stop()
     exit_process(0)

@@ -163,7 +163,8 @@ def declare_registered(spark: SparkSession, admin: FlowAdmin, path: Path, schema
 @pytest.mark.e2e
 def test_an_available_now_controller_looks_once_per_run(spark: SparkSession, tmp_path: Path) -> None:
     """Run on a schedule (serverless compute has no processing-time triggers): each run looks at
-    every queue once, applies the commands issued since the last run, and stops by itself."""
+    every queue once, applies the commands issued since the last run, and stops by itself. A
+    run's look comes before its commands: their effect is in the next run's status."""
     home, path = str(tmp_path / "home"), str(tmp_path / "q")
     queue = declare(spark, path, SCHEMA, settings={"stopCount": 5, "resumeCount": 2})
     admin = FlowAdmin(home)
@@ -180,10 +181,11 @@ def test_an_available_now_controller_looks_once_per_run(spark: SparkSession, tmp
     first = run()
     assert (first["depth_count"], first["flow_stopped"], first["flow_stopped_count"]) == (10, True, 1)
     command = admin.set("q", stopCount=50, resumeCount=20)
-    queue.acknowledge("default", queue.refresh() - 1)  # a consumer took the older half meanwhile
-    second = run()
-    assert (second["stop_count"], second["flow_stopped"], second["flow_stopped_count"]) == (50, False, 1)
+    run()
     assert queue.overrides.applied() == command
+    third = run()
+    assert (third["stop_count"], third["flow_stopped"], third["flow_stopped_count"]) == (50, False, 1)
+    assert [r["event"] for r in admin.history("q") if r["event"] != "sample"] == ["stopped", "command", "resumed"]
 
 
 @pytest.mark.e2e
