@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from spark_flow import ConfigurationError, SparkFlowError, get_spark
 from spark_flow.config import flow_conf, parse_size, session_flow_conf
-from spark_flow.session import exit_process, is_connect, streaming_query
+from spark_flow.session import exit_process, is_connect, still_active, streaming_query
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -169,13 +169,6 @@ def fmt_bool(value: bool) -> str:
     return "true" if value else "false"
 
 
-def query_active(batch: DataFrame, name: str) -> Callable[[], bool]:
-    """Whether the streaming query ``name`` running the current foreachBatch call is still active
-    (a classic or a Spark Connect session: :func:`spark_flow.session.streaming_query`)."""
-    query = streaming_query(batch.sparkSession, name, required=False)
-    return (lambda: query.isActive) if query is not None else (lambda: True)
-
-
 def sleep_while(active: Callable[[], bool], seconds: float) -> None:
     """Sleep ``seconds``, returning early once ``active()`` is False, so ``query.stop()`` is prompt."""
     deadline = time.monotonic() + seconds
@@ -219,7 +212,7 @@ class SlowConsumer:
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         query = streaming_query(batch.sparkSession, self.query_name, required=self.app_id is None)
-        active = (lambda: query.isActive) if query is not None else (lambda: True)
+        active = still_active(query)
         app_id = self.app_id or f"spark-flow-consumer/{query.id}"
         batch = batch.persist()  # looked at, then written: read the queue once
         try:

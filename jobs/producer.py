@@ -48,7 +48,6 @@ from _common import (
     fmt_bool,
     main_guard,
     positive_int,
-    query_active,
     run_query,
     size,
     start_session,
@@ -58,6 +57,7 @@ from spark_flow import HoldInterruptedError, QueueNotFoundError, QueueSink, decl
 from spark_flow.config import ON_FULL, check_conf, producer_settings, session_flow_conf
 from spark_flow.names import queue_name
 from spark_flow.queue import queue_location
+from spark_flow.session import still_active, streaming_query
 from spark_flow.sink import conform
 
 if TYPE_CHECKING:
@@ -164,7 +164,7 @@ class ProgressSink:
         try:
             self.sink(batch, batch_id)
         except Exception as error:
-            if isinstance(error, HoldInterruptedError) or not query_active(batch, str(self.sink.query_name))():
+            if isinstance(error, HoldInterruptedError) or not still_active(streaming_query(batch.sparkSession, self.sink.query_name, required=False))():
                 self._interrupted(batch_id)  # the job's stop cut the batch short; a restart finishes it
             else:
                 self.error = error

@@ -16,7 +16,16 @@ import os
 import tempfile
 import time
 
-from spark_flow import FlowAdmin, QueueSink, declare, get_spark, read_queue, start_controller, stop_between_batches
+from spark_flow import (
+    FlowAdmin,
+    FlowProgressListener,
+    QueueSink,
+    declare,
+    get_spark,
+    read_queue,
+    start_controller,
+    stop_between_batches,
+)
 
 spark = get_spark()
 base = os.environ.get("FLOW_NOTEBOOK_DIR") or tempfile.mkdtemp(prefix="spark-flow-notebook-")
@@ -55,10 +64,13 @@ controller = start_controller(spark, trigger="1 second")
 
 # MAGIC %md A producer of batches of 60 orders (one a second at most, its capacity window 60), and a
 # MAGIC consumer that takes one batch every 5 seconds (12 orders a second): the queue fills, the
-# MAGIC producer is held above 150 and goes on under 60.
+# MAGIC producer is held above 150 and goes on under 60. A query listener reports each batch's flow
+# MAGIC control (in this notebook's process, also where the queries run on a Connect server).
 
 # COMMAND ----------
 
+listener = FlowProgressListener(home=f"{base}/flow")  # the producers of the home's queues, and every consumer
+spark.streams.addListener(listener)
 orders = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", 60).load()
           .selectExpr("value AS order_id", "concat('customer-', value % 7) AS customer",
                       "CAST(value * 1.5 AS DOUBLE) AS amount"))
@@ -70,6 +82,15 @@ consumer = (read_queue(spark, queue_path, maxRecordsPerTrigger=60).writeStream.f
             .queryName("orders_consumer").start(f"{base}/out/orders"))
 wait_for("the producer is held (flowStopped)", lambda: status().get("flow_stopped") is True)
 print(admin.status().T)  # on Databricks: display(admin.status())
+
+
+def held_batches():
+    reports = [flow for flows in list(listener.progress.values()) for flow in flows]
+    return [flow for flow in reports if flow.role == "producer" and flow.held_seconds >= 1]
+
+
+wait_for("the listener reports a held batch", lambda: bool(held_batches()))
+print(held_batches()[0])
 
 # COMMAND ----------
 

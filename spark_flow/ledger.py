@@ -46,12 +46,18 @@ class Depth:
 
 @dataclass(frozen=True)
 class Commit:
-    """One commit of a queue table: its version, time (ms since epoch) and what it enqueued."""
+    """One commit of a queue table: its version, time (ms since epoch) and what it enqueued.
+
+    A sink's commit also says which streaming query and micro-batch wrote it, and how long that
+    batch had been held before this write: what a query listener in any process reports."""
 
     version: int
     timestamp: int
     count: int
     size: int
+    query: str | None = None
+    batch: int | None = None
+    held: float = 0.0
 
 
 def commit_from_info(info: Mapping[str, Any]) -> Commit:
@@ -64,7 +70,7 @@ def commit_from_info(info: Mapping[str, Any]) -> Commit:
     version, timestamp = int(info["version"]), int(info.get("timestamp") or 0)
     flow = _sink_metadata(info.get("userMetadata"))
     if flow is not None:
-        return Commit(version, timestamp, *flow)
+        return Commit(version, timestamp, **flow)
     operation = info.get("operation", "")
     metrics = info.get("operationMetrics") or {}
     rows_key, bytes_key = _APPEND_METRICS.get(operation, (None, None))
@@ -75,17 +81,22 @@ def commit_from_info(info: Mapping[str, Any]) -> Commit:
     return Commit(version, timestamp, 0, 0)
 
 
-def _sink_metadata(user_metadata: Any) -> tuple[int, int] | None:
-    """The sink's (count, size) in a commit's ``userMetadata``; None if it is not the sink's."""
+def _sink_metadata(user_metadata: Any) -> dict[str, Any] | None:
+    """The sink's entry in a commit's ``userMetadata`` as :class:`Commit` fields; None if it is
+    not the sink's."""
     if not user_metadata:
         return None
     try:
         parsed = json.loads(user_metadata) if isinstance(user_metadata, str) else user_metadata
         flow = parsed.get(METADATA_KEY) if isinstance(parsed, Mapping) else None
-        count, size = (int(flow["count"]), int(flow["size"])) if isinstance(flow, Mapping) else (-1, -1)
+        if not isinstance(flow, Mapping):
+            return None
+        fields = {"count": int(flow["count"]), "size": int(flow["size"]), "query": flow.get("query"),
+                  "batch": None if flow.get("batch") is None else int(flow["batch"]),
+                  "held": float(flow.get("held", 0.0))}
     except (KeyError, TypeError, ValueError):
         return None
-    return (count, size) if count >= 0 and size >= 0 else None
+    return fields if fields["count"] >= 0 and fields["size"] >= 0 else None
 
 
 class Ledger:

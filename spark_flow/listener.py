@@ -1,27 +1,41 @@
 """Flow control in query progress: a StreamingQueryListener that reports, for each producer and
 consumer query, the queue's depth, ``flowStopped``, ``flowStoppedCount`` and the time held.
 
-Producers are found by their :class:`~spark_flow.sink.QueueSink` (registered by query id when it
-runs), consumers by their ``flowqueue`` offsets, which name the queue and subscription.
+Everything comes from what every process can read, so the listener works in the process that
+runs the queries (classic) and in a Spark Connect client, whose foreachBatch functions run on
+the server: consumers are found by their ``flowqueue`` offsets, which name the queue and
+subscription; producers by the commits of the queues it watches, whose ``userMetadata`` names
+the query and micro-batch that wrote them (:class:`~spark_flow.sink.QueueSink` writes it).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
 
 from pyspark.sql.streaming import StreamingQueryListener
 
-from spark_flow.queue import open_queue
-from spark_flow.sink import SINKS
+from spark_flow.gate import GateStatus
+from spark_flow.home import Registry
+from spark_flow.ledger import Commit
+from spark_flow.names import normalize_path
+from spark_flow.queue import Queue, open_queue
 from spark_flow.source import flowqueue_offset
+from spark_flow.state import FlowState
 
 log = logging.getLogger("spark_flow.listener")
+
+_LOOK_BACK = 16  # commits read per step when a queue is first looked at
+_KEEP_MS = 600_000  # commits of queries with no event here (other applications) are dropped after
 
 
 @dataclass(frozen=True)
 class FlowProgress:
-    """Flow control as one query saw it in its last micro-batch."""
+    """Flow control as one query saw it in its last micro-batch. A producer's ``count`` and
+    ``size`` are what the batch enqueued; a consumer's, what it read."""
 
     query_id: str
     query_name: str | None
@@ -34,21 +48,37 @@ class FlowProgress:
     flow_stopped: bool
     flow_stopped_count: int
     held_seconds: float
+    count: int = 0
 
 
 class FlowProgressListener(StreamingQueryListener):
     """Keeps the last :class:`FlowProgress` of every query that produces to or consumes from a
     queue, and logs it (logger ``spark_flow.listener``) at every progress event.
 
+    Parameters
+    ----------
+    queues : iterable of str, optional
+        Paths of the queues whose producers to report.
+    home : str, optional
+        A ``spark.flow.home``: the producers of every queue registered there are reported too.
+
+    Consumers of any queue are reported without either. A producer's ``held_seconds`` is the
+    time its batch waited before its writes (recorded in its commits) plus the time from its
+    last write to the end of the micro-batch, where a completion hold falls.
+
     Examples
     --------
-    >>> listener = FlowProgressListener()
+    >>> listener = FlowProgressListener(queues=["/data/queues/events"])
     >>> spark.streams.addListener(listener)
     >>> listener.progress[str(query.id)]   # [FlowProgress(role='producer', queue='events', ...)]
     """
 
-    def __init__(self) -> None:
+    def __init__(self, queues: Iterable[str] = (), home: str | None = None) -> None:
         self.progress: dict[str, list[FlowProgress]] = {}
+        self._paths = [normalize_path(path) for path in queues]
+        self._registry = Registry(home) if home else None
+        self._seen: dict[str, int] = {}  # by queue path: the newest version looked at
+        self._commits: dict[str, list[Commit]] = {}  # by queue path: sink commits not yet reported
 
     def onQueryStarted(self, event: object) -> None:
         """Nothing is known before the first batch."""
@@ -61,26 +91,73 @@ class FlowProgressListener(StreamingQueryListener):
 
     def onQueryProgress(self, event: object) -> None:
         progress = event.progress  # type: ignore[attr-defined]
-        query_id, name, batch_id = str(progress.id), progress.name, progress.batchId
+        query_id, name = str(progress.id), progress.name
+        found = self._producers(progress) + self._consumers(progress)
+        if found:
+            self.progress[query_id] = found
+        for flow in found:
+            log.info("%s %s batch %d queue %r%s: %d messages, depth %d messages / %d bytes, flowStopped %s, "
+                     "flowStoppedCount %d, held %.1fs", flow.role, name or query_id, flow.batch_id, flow.queue,
+                     f" subscription {flow.subscription!r}" if flow.subscription else "", flow.count,
+                     flow.depth_count, flow.depth_size, str(flow.flow_stopped).lower(), flow.flow_stopped_count,
+                     flow.held_seconds)
+
+    def _producers(self, progress: Any) -> list[FlowProgress]:
+        """The queues this micro-batch wrote, from their commits that name its query and batch."""
+        query_id, batch_id = str(progress.id), progress.batchId
+        started = int(datetime.fromisoformat(progress.timestamp.replace("Z", "+00:00")).timestamp() * 1000)
+        ended = started + int(progress.durationMs.get("triggerExecution", 0))
+        paths = self._paths + sorted(set((self._registry.queues() if self._registry else {}).values()) -
+                                     set(self._paths))
         found = []
-        sink = SINKS.get(query_id)
-        for report in (sink.last.values() if sink else []):
-            if report.batch_id == batch_id:
-                found.append(FlowProgress(query_id, name, "producer", report.queue, None, batch_id,
-                                          report.depth.count, report.depth.size, report.flow_stopped,
-                                          report.flow_stopped_count, report.held_seconds))
+        for path in paths:
+            queue = open_queue(path)
+            pending = self._commits.setdefault(path, []) + self._new_commits(queue, started)
+            mine = [c for c in pending if c.query == query_id and c.batch == batch_id]
+            self._commits[path] = [c for c in pending if c.timestamp >= started - _KEEP_MS and
+                                   not (c.query == query_id and c.batch is not None and c.batch <= batch_id)]
+            if mine:
+                status = _status(queue)
+                last = mine[-1]
+                held = last.held + max(0, ended - last.timestamp) / 1000
+                found.append(FlowProgress(query_id, progress.name, "producer", queue.name, None, batch_id,
+                                          status.depth.count, status.depth.size, status.stopped,
+                                          status.flow_stopped_count, round(held, 3), sum(c.count for c in mine)))
+        return found
+
+    def _new_commits(self, queue: Queue, since: int) -> list[Commit]:
+        """The sink's commits to a queue since the last look. At the first look, those from
+        ``since`` (ms) on: the micro-batch that brought the queue to this listener's notice."""
+        latest = queue.refresh()
+        after = self._seen.get(queue.path)
+        self._seen[queue.path] = latest
+        if after is not None:
+            return [c for c in queue.ledger.commits(after, latest) if c.query is not None]
+        after = latest
+        while after >= 0:
+            after = max(-1, after - _LOOK_BACK)
+            if any(c.timestamp < since for c in queue.ledger.commits(after, after + _LOOK_BACK)):
+                break
+        return [c for c in queue.ledger.commits(after, latest) if c.query is not None and c.timestamp >= since]
+
+    def _consumers(self, progress: Any) -> list[FlowProgress]:
+        """The subscriptions this query reads, named by its flowqueue offsets."""
+        found = []
         for source in progress.sources:
             offset = flowqueue_offset(source.endOffset)
             if offset is not None:
                 queue = open_queue(offset["queue"])
                 depth = queue.depth(offset["subscription"])
                 sub = queue.subscriptions.get(offset["subscription"])
-                found.append(FlowProgress(query_id, name, "consumer", queue.name, sub.name, batch_id, depth.count,
-                                          depth.size, sub.flow_stopped, sub.flow_stopped_count, 0.0))
-        if found:
-            self.progress[query_id] = found
-        for flow in found:
-            log.info("%s %s batch %d queue %r%s: depth %d messages / %d bytes, flowStopped %s, "
-                     "flowStoppedCount %d, held %.1fs", flow.role, name or query_id, batch_id, flow.queue,
-                     f" subscription {flow.subscription!r}" if flow.subscription else "", flow.depth_count,
-                     flow.depth_size, str(flow.flow_stopped).lower(), flow.flow_stopped_count, flow.held_seconds)
+                found.append(FlowProgress(str(progress.id), progress.name, "consumer", queue.name, sub.name,
+                                          progress.batchId, depth.count, depth.size, sub.flow_stopped,
+                                          sub.flow_stopped_count, 0.0, int(source.numInputRows)))
+        return found
+
+
+def _status(queue: Queue) -> GateStatus:
+    """The queue as its producers see it now (depths and recorded flow states), without stepping
+    the state machine: the listener reports, it does not decide."""
+    backlog = queue.backlog()
+    states = {sub.name: FlowState(sub.flow_stopped, sub.flow_stopped_count) for sub, _ in backlog}
+    return GateStatus(queue.name, queue.settings(), {sub.name: depth for sub, depth in backlog}, states)

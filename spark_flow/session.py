@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, NoReturn
 
 from spark_flow.exceptions import ConfigurationError
@@ -92,6 +92,12 @@ def streaming_query(spark: SparkSession, name: str | None = None, *, required: b
                              "Connect tells a foreachBatch function nothing of its query: name the query, "
                              "and give the same name to QueueSink(query_name=...), or give QueueSink(app_id=...)")
 
+
+
+def still_active(query: StreamingQuery | None) -> Callable[[], bool]:
+    """Whether ``query`` is still running, asked each time: a held or sleeping foreachBatch call
+    returns once its query is stopped. Outside a query (None), always True."""
+    return (lambda: query.isActive) if query is not None else (lambda: True)
 
 def get_spark(conf: Mapping[str, str] | None = None) -> SparkSession:
     """Return the active SparkSession, or create one with Delta configured.

@@ -35,7 +35,7 @@ from spark_flow.exceptions import (
 from spark_flow.gate import Gate, GateStatus
 from spark_flow.ledger import METADATA_KEY, Depth
 from spark_flow.queue import Queue, open_queue, queue_location
-from spark_flow.session import is_connect, streaming_query
+from spark_flow.session import is_connect, still_active, streaming_query
 from spark_flow.source import flowqueue_offset
 
 if TYPE_CHECKING:
@@ -49,10 +49,6 @@ TXN_SPAN = 2**32
 _ROW = "__spark_flow_row"
 _COMPRESSED = "spark.sql.inMemoryColumnarStorage.compressed"
 _WRITE_RETRIES = 10
-
-#: The sink of each streaming query in this process, by query id, for query listeners.
-SINKS: dict[str, QueueSink] = {}
-
 
 @dataclass(frozen=True)
 class BatchReport:
@@ -213,18 +209,17 @@ class QueueSink:
         self._consumed: list[tuple[str, str]] | None = None  # (queue, subscription) the query reads
         self._downstream: set[str] = set()  # destinations recorded as their downstream
         self._held: dict[str, float] = {}  # seconds the current batch was held, per queue path
+        self._query_id: str | None = None  # the query running the current batch, in its commits
         self._sizes: dict[str, tuple[Column, tuple[Column, Column]]] = {}  # by schema (JSON)
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         spark = batch.sparkSession
         query = streaming_query(spark, self.query_name, required=self.app_id is None)
-        query_id = str(query.id) if query is not None else None
-        if query_id:
-            SINKS[query_id] = self
+        query_id = self._query_id = str(query.id) if query is not None else None
         app_id = self.app_id or (f"spark-flow/{query_id}" if query_id else None)
         if app_id is None:
             raise ConfigurationError("app_id", None, "a stable id for batches written outside a streaming query")
-        is_active = (lambda: query.isActive) if query is not None else (lambda: True)
+        is_active = still_active(query)
         with _cached(batch) as batch:
             parts = self._route(batch)
             gates = {dest: self._gate(spark, dest) for dest in parts}
@@ -383,15 +378,18 @@ class QueueSink:
                               f"{error.detail}; {written} of the {count} messages of batch {batch_id} are in queue "
                               f"{error.queue!r}; a restart of the query writes the other {count - written}") from error
 
-    @staticmethod
-    def _write(rows: DataFrame, queue: Queue, app_id: str, txn_version: int, count: int, size: int,
+    def _write(self, rows: DataFrame, queue: Queue, app_id: str, txn_version: int, count: int, size: int,
                batch_id: int) -> None:
         """Append rows as one idempotent commit. A metadata commit on the queue at the same time
         (ALTER TBLPROPERTIES, a declare, a process recording its conf's settings) fails the append
         with Delta's MetadataChangedException; the append is tried again, and its ``txnVersion``
-        makes sure it is written once."""
+        makes sure it is written once.
+
+        The commit's ``userMetadata`` holds its messages and bytes (the ledger's depth), and the
+        query, batch and seconds held so far (a query listener's report, in whatever process)."""
         conflicts = _commit_conflicts(rows.sparkSession)
-        metadata = {METADATA_KEY: {"count": int(count), "size": int(size), "producer": app_id, "batch": batch_id}}
+        metadata = {METADATA_KEY: {"count": int(count), "size": int(size), "producer": app_id, "batch": batch_id,
+                                   "query": self._query_id, "held": round(self._held[queue.path], 3)}}
         writer = (rows.write.format("delta").mode("append").option("txnAppId", app_id)
                   .option("txnVersion", str(txn_version)).option("userMetadata", json.dumps(metadata)))
         for attempt in itertools.count():

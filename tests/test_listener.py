@@ -17,7 +17,7 @@ pytestmark = pytest.mark.e2e
 def test_listener_reports_depth_flow_state_and_time_held(spark: SparkSession, tmp_path: Path) -> None:
     path = str(tmp_path / "q")
     queue = declare(spark, path, "id BIGINT, producer STRING", settings={"stopCount": 20, "resumeCount": 10})
-    listener = FlowProgressListener()
+    listener = FlowProgressListener(queues=[path])
     spark.streams.addListener(listener)
     producer, _ = start_producer(spark, path, tmp_path / "p", "p", 40, options={"capacity": 10})
     wait_until(lambda: queue.subscriptions.get("default").flow_stopped, 90)
@@ -27,14 +27,15 @@ def test_listener_reports_depth_flow_state_and_time_held(spark: SparkSession, tm
         return [f for flows in list(listener.progress.values()) for f in flows if f.role == role]
 
     try:
-        wait_until(lambda: any(f.held_seconds > 0 for f in reports("producer")), 180)
+        wait_until(lambda: any(f.held_seconds >= 1 for f in reports("producer")), 180)
         wait_until(lambda: bool(reports("consumer")), 60)
     finally:
         producer.stop()
         consumer.stop()
         spark.streams.removeListener(listener)
-    held = next(f for f in reports("producer") if f.held_seconds > 0)
+    held = next(f for f in reports("producer") if f.held_seconds >= 1)
     assert held.queue == "q" and held.query_id == str(producer.id) and held.flow_stopped_count >= 1
+    assert held.count > 0, "the messages the held batch enqueued"
     assert not held.flow_stopped, "a held batch completes once the queue is flow-OFF"
     assert held.depth_count <= 20, "flow-OFF: the depth is not above stop"
     consumed = reports("consumer")[-1]

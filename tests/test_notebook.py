@@ -20,8 +20,9 @@ pytestmark = pytest.mark.e2e
 
 
 def assert_notebook_did_what_it_says(base: Path) -> None:
-    """Every order produced is delivered once; the producer was held, resumed under the new
-    thresholds, stopped and started by the operator; the queue drained; the plot was drawn."""
+    """Every order produced is delivered once; the producer was held, within its capacity bound,
+    resumed under the new thresholds, stopped and started by the operator; the queue drained;
+    the plot was drawn."""
     produced = DeltaTable(str(base / "queues" / "orders")).to_pyarrow_table(columns=["order_id"])
     delivered = DeltaTable(str(base / "out" / "orders")).to_pyarrow_table(columns=["order_id"])
     ids = delivered.column("order_id").to_pylist()
@@ -30,7 +31,10 @@ def assert_notebook_did_what_it_says(base: Path) -> None:
     final = admin.status("orders").to_dict("records")[0]
     assert final["flow_stopped_count"] >= 1 and final["stop_count"] == 400 and final["depth_count"] == 0
     assert not final["producers_stopped"] and not final["flow_stopped"]
-    commands = [r["detail"] for r in admin.history("orders") if r["event"] == "command"]
+    history = admin.history("orders")
+    bound = {150: 150 + 60, 400: 400 + 60}  # stop + the producer's capacity
+    assert all(r["depth_count"] <= bound[r["stop_count"]] for r in history if r["event"] == "sample")
+    commands = [r["detail"] for r in history if r["event"] == "command"]
     assert [c.split(": ")[1].split()[0] for c in commands] == ["set", "stop-producers", "start-producers"]
     assert (base / "orders-depth.png").read_bytes()[:4] == b"\x89PNG"
 
