@@ -16,13 +16,14 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from spark_flow import ConfigurationError, SparkFlowError, get_spark
+from spark_flow import ConfigurationError, FlowProgress, FlowProgressListener, SparkFlowError, get_spark
 from spark_flow.config import flow_conf, parse_size, session_flow_conf
 from spark_flow.session import exit_process, is_connect, still_active, streaming_query
 
@@ -184,6 +185,47 @@ def append_once(batch: DataFrame, output: str, app_id: str, batch_id: int) -> No
      .save(output))
 
 
+class ProgressLines(FlowProgressListener):
+    """A job's progress line for each micro-batch of its query that moved messages, printed in
+    the job's own process from the query's progress events (under Spark Connect the job's
+    foreachBatch runs on the server, whose stdout is not the job's). Counts what it printed.
+
+    ``role`` is the job's (``producer`` or ``consumer``), ``line`` formats one
+    :class:`FlowProgress`, ``queues`` are the queues the query produces to.
+    """
+
+    def __init__(self, query_name: str, role: str, line: Callable[[FlowProgress], str],
+                 queues: Sequence[str] = ()) -> None:
+        super().__init__(queues)
+        self.query_name = query_name
+        self.role = role
+        self.line = line
+        self.batches = 0
+        self.messages = 0
+        self._query_id: str | None = None
+        self._terminated = threading.Event()
+
+    def onQueryStarted(self, event: Any) -> None:
+        if event.name == self.query_name:
+            self._query_id = str(event.id)
+
+    def onQueryProgress(self, event: Any) -> None:
+        if event.progress.name == self.query_name:
+            for flow in (f for f in self.reports(event.progress) if f.role == self.role):
+                self.batches += 1
+                self.messages += flow.count
+                emit(self.line(flow))
+
+    def onQueryTerminated(self, event: Any) -> None:
+        if str(event.id) == self._query_id:
+            self._terminated.set()
+
+    def wait_for_last(self, timeout: float = 30.0) -> None:
+        """Wait until the stopped query's last progress is printed (events come after the fact,
+        in order, and its termination last)."""
+        self._terminated.wait(timeout)
+
+
 class SlowConsumer:
     """A foreachBatch function: a consumer that works ``seconds_per_row`` on each message (a sleep,
     cut short when its query stops), then appends the batch to the Delta table ``output`` exactly
@@ -290,20 +332,27 @@ def main_guard(main: Callable[[Sequence[str] | None], None], argv: Sequence[str]
     exit_process(0)
 
 
-def job_command(job: str, *args: str, conf: Mapping[str, str] | None = None, cores: int = 1) -> list[str]:
+def job_command(job: str, *args: str, conf: Mapping[str, str] | None = None, cores: int = 1,
+                remote: str | None = None) -> list[str]:
     """The command line that runs ``jobs/<job>.py`` (``producer``, ``consumer``, ``controller``)
     with its ``args`` through the spark-submit beside this interpreter: conf/spark-defaults.conf,
-    the local session preset of ``cores`` (:func:`local_conf`), then ``conf``."""
+    the local session preset of ``cores`` (:func:`local_conf`), then ``conf``. With ``remote``
+    (``sc://host:port``), as a Spark Connect client of that server, with ``conf`` only."""
+    submit = str(Path(sys.executable).parent / "spark-submit")
+    if remote:
+        return [submit, "--remote", remote, *(part for key, value in (conf or {}).items() for part in
+                                              ("--conf", f"{key}={value}")), str(ROOT / "jobs" / f"{job}.py"), *args]
     confs = {**local_conf(cores), **(conf or {})}
-    return [str(Path(sys.executable).parent / "spark-submit"), "--properties-file", str(ROOT / "conf" / "spark-defaults.conf"),
+    return [submit, "--properties-file", str(ROOT / "conf" / "spark-defaults.conf"),
             *(part for key, value in confs.items() for part in ("--conf", f"{key}={value}")),
             str(ROOT / "jobs" / f"{job}.py"), *args]
 
 
 def start_job(job: str, *args: str, conf: Mapping[str, str] | None = None, cores: int = 1,
-              **popen: Any) -> subprocess.Popen[Any]:
+              remote: str | None = None, **popen: Any) -> subprocess.Popen[Any]:
     """Start :func:`job_command` as a process in the repository, its driver and Python workers
     running this interpreter; ``popen`` goes to :class:`subprocess.Popen` (``stdout``,
     ``start_new_session``, ...)."""
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
-    return subprocess.Popen(job_command(job, *args, conf=conf, cores=cores), cwd=ROOT, env=env, **popen)
+    return subprocess.Popen(job_command(job, *args, conf=conf, cores=cores, remote=remote), cwd=ROOT, env=env,
+                            **popen)

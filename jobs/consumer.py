@@ -10,9 +10,10 @@ one progress line on stdout:
   12:00:09 consumer=default queue=events batch=7 consumed=50 depth=420 depthBytes=42000
            flowStopped=true flowStoppedCount=1 lag=6.3s
 
-(one line; depth is what remains for the subscription after this batch; flowStopped is the
-subscription's flow state as the producers' gates last recorded it; lag is how long ago the
-newest message of the batch was enqueued).
+(one line, printed when the batch completes, from the query's progress; depth is what remains
+for the subscription after this batch; flowStopped is the subscription's flow state as the
+producers' gates last recorded it; lag is how long ago the newest message of the batch was
+enqueued).
 
 examples:
   # drain /data/queues/events into /data/out/events, 50 messages a second at most
@@ -32,12 +33,12 @@ from __future__ import annotations
 
 import argparse
 import posixpath
-from collections.abc import Sequence
-from datetime import datetime
-from typing import TYPE_CHECKING
+import time
+from collections.abc import Callable, Sequence
 
 from _common import (
     HelpFormatter,
+    ProgressLines,
     SlowConsumer,
     add_run_options,
     emit,
@@ -49,12 +50,9 @@ from _common import (
     start_session,
 )
 
-from spark_flow import Queue, open_queue, read_queue
+from spark_flow import FlowProgress, Queue, open_queue, read_queue
 from spark_flow.config import check_conf
 from spark_flow.queue import queue_location
-
-if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -79,36 +77,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-class ProgressConsumer(SlowConsumer):
-    """The slow consumer (``_common.SlowConsumer``) of one subscription, with a progress line
-    per batch."""
-
-    def __init__(self, queue: Queue, subscription: str, output: str, delay_per_message: float | None,
-                 rows_per_second: float | None) -> None:
-        # The slower of the two throttles: max(rows x delay, rows / rate) = rows x max(delay, 1 / rate).
-        super().__init__(output, max(delay_per_message or 0.0, 1 / rows_per_second if rows_per_second else 0.0),
-                         query_name=f"consumer_{subscription}")
-        self.queue = queue
-        self.subscription = subscription
-        self._newest: int | None = None
-        self._enqueued: datetime | None = None
-
-    def read(self, batch: DataFrame) -> int:
-        from pyspark.sql import functions as F
-
-        rows, self._newest, self._enqueued = batch.agg(F.count(F.lit(1)), F.max("_position"),
-                                                       F.max("_enqueue_time")).first()
-        return rows
-
-    def written(self, batch_id: int, rows: int) -> None:
-        latest = self.queue.refresh()
-        sub = self.queue.subscriptions.get(self.subscription)
-        # Acknowledged once Spark completes the batch; what will remain then:
-        depth = self.queue.ledger.depth(max(sub.position, self._newest if self._newest is not None else -1), latest)
-        lag = (datetime.now() - self._enqueued).total_seconds() if self._enqueued is not None else 0.0
-        emit(f"consumer={self.subscription} queue={self.queue.name} batch={batch_id} consumed={rows} "
-             f"depth={depth.count} depthBytes={depth.size} flowStopped={fmt_bool(sub.flow_stopped)} "
-             f"flowStoppedCount={sub.flow_stopped_count} lag={max(lag, 0.0):.1f}s")
+def progress_line(queue: Queue) -> Callable[[FlowProgress], str]:
+    """The consumer's line for one completed batch (from its query's progress); lag is how long
+    ago the newest message it read was enqueued (its commit's time)."""
+    def line(flow: FlowProgress) -> str:
+        newest = queue.ledger.commits(flow.position - 1, flow.position)
+        lag = time.time() - newest[0].timestamp / 1000 if newest else 0.0
+        return (f"consumer={flow.subscription} queue={flow.queue} batch={flow.batch_id} consumed={flow.count} "
+                f"depth={flow.depth_count} depthBytes={flow.depth_size} flowStopped={fmt_bool(flow.flow_stopped)} "
+                f"flowStoppedCount={flow.flow_stopped_count} lag={max(lag, 0.0):.1f}s")
+    return line
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -123,8 +101,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         options["maxRecordsPerTrigger"] = args.max_records_per_trigger
     messages = read_queue(spark, args.queue, args.subscription, **options)
     checkpoint = args.checkpoint or posixpath.join(queue.state_location, "checkpoints", f"consumer-{args.subscription}")
-    consumer = ProgressConsumer(queue, args.subscription, args.output, args.delay_per_message, args.rows_per_second)
-    query = (messages.writeStream.foreachBatch(consumer).queryName(str(consumer.query_name))
+    name = f"consumer_{args.subscription}"
+    # The slower of the two throttles: max(rows x delay, rows / rate) = rows x max(delay, 1 / rate).
+    seconds_per_row = max(args.delay_per_message or 0.0, 1 / args.rows_per_second if args.rows_per_second else 0.0)
+    lines = ProgressLines(name, "consumer", progress_line(queue))
+    spark.streams.addListener(lines)
+    consumer = SlowConsumer(args.output, seconds_per_row, query_name=name)
+    query = (messages.writeStream.foreachBatch(consumer).queryName(name)
              .option("checkpointLocation", checkpoint).trigger(processingTime=args.trigger).start())
     depth = queue.depth(args.subscription)
     emit(f"consumer={args.subscription} started: queue {queue.name} ({queue.path}), depth {depth.count} messages / "
@@ -134,9 +117,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         return args.until_empty and queue.depth(args.subscription).count > 0
 
     seconds = run_query(query, args.run_seconds or (0.0 if args.until_empty else None), keep_running=not_empty)
+    lines.wait_for_last()
     depth = queue.depth(args.subscription)
-    emit(f"consumer={args.subscription} stopped after {seconds:.0f}s: {consumer.batches} batches, "
-         f"{consumer.consumed} messages consumed, depth {depth.count} messages / {depth.size} bytes")
+    emit(f"consumer={args.subscription} stopped after {seconds:.0f}s: {lines.batches} batches, "
+         f"{lines.messages} messages consumed, depth {depth.count} messages / {depth.size} bytes")
 
 
 if __name__ == "__main__":

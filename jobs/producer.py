@@ -8,8 +8,8 @@ prints one progress line on stdout:
   12:00:07 producer=p1 queue=events batch=4 enqueued=100 depth=612 depthBytes=61200
            flowStopped=true flowStoppedCount=1 held=3.2s
 
-(one line; depth is the deepest subscription's, after the batch; held is how long the batch
-waited for the queue to resume).
+(one line, printed when the batch completes, from the query's progress; depth is the deepest
+subscription's, after the batch; held is how long the batch waited for the queue to resume).
 
 Message schema of a queue this job declares (--source rate):
   id BIGINT, producer STRING, event_time TIMESTAMP, body STRING
@@ -38,11 +38,12 @@ from __future__ import annotations
 
 import argparse
 import posixpath
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from _common import (
     HelpFormatter,
+    ProgressLines,
     add_run_options,
     emit,
     fmt_bool,
@@ -53,7 +54,15 @@ from _common import (
     start_session,
 )
 
-from spark_flow import HoldInterruptedError, QueueNotFoundError, QueueSink, declare, open_queue, read_queue
+from spark_flow import (
+    FlowProgress,
+    HoldInterruptedError,
+    QueueNotFoundError,
+    QueueSink,
+    declare,
+    open_queue,
+    read_queue,
+)
 from spark_flow.config import ON_FULL, check_conf, producer_settings, session_flow_conf
 from spark_flow.names import queue_name
 from spark_flow.queue import queue_location
@@ -146,17 +155,15 @@ def _check_source_options(parser: argparse.ArgumentParser, args: argparse.Namesp
                      f"{overhead} bytes (id, event_time and the name {args.name!r})")
 
 
-class ProgressSink:
-    """QueueSink plus one progress line per batch, printed after the sink returns (the driver
-    runs foreachBatch, so the line is the sink's own report, ``QueueSink.last``)."""
+class JobSink:
+    """The job's QueueSink, which tells a batch cut short by the job's own stop (a restart
+    finishes it) from a failure, and prints the line of a cut-short batch: it never completes,
+    so no progress event reports it."""
 
-    def __init__(self, sink: QueueSink, queue: str, location: str, producer: str) -> None:
+    def __init__(self, sink: QueueSink, location: str, producer: str) -> None:
         self.sink = sink
-        self.queue = queue
         self.location = location
         self.producer = producer
-        self.batches = 0
-        self.enqueued = 0
         self.interrupted = 0
         self.error: BaseException | None = None
 
@@ -164,19 +171,12 @@ class ProgressSink:
         try:
             self.sink(batch, batch_id)
         except Exception as error:
-            if isinstance(error, HoldInterruptedError) or not still_active(streaming_query(batch.sparkSession, self.sink.query_name, required=False))():
-                self._interrupted(batch_id)  # the job's stop cut the batch short; a restart finishes it
+            stopped = not still_active(streaming_query(batch.sparkSession, self.sink.query_name, required=False))()
+            if isinstance(error, HoldInterruptedError) or stopped:
+                self._interrupted(batch_id)
             else:
                 self.error = error
             raise
-        report = self.sink.last.get(self.queue)
-        if report is None:
-            return
-        self.batches += 1
-        self.enqueued += report.count
-        emit(f"producer={self.producer} queue={report.queue} batch={batch_id} enqueued={report.count} "
-             f"depth={report.depth.count} depthBytes={report.depth.size} flowStopped={fmt_bool(report.flow_stopped)} "
-             f"flowStoppedCount={report.flow_stopped_count} held={report.held_seconds:.1f}s")
 
     def _interrupted(self, batch_id: int) -> None:
         """The job stopped in mid-batch (held between two chunks, or writing): the batch is not
@@ -189,6 +189,14 @@ class ProgressSink:
         emit(f"producer={self.producer} queue={queue.name} batch={batch_id} enqueued=partial "
              f"depth={depth.count} depthBytes={depth.size} flowStopped={fmt_bool(any(s.flow_stopped for s in subs))} "
              f"flowStoppedCount={max((s.flow_stopped_count for s in subs), default=0)} held=interrupted")
+
+
+def progress_line(producer: str) -> Callable[[FlowProgress], str]:
+    """The producer's line for one completed batch (from its query's progress)."""
+    return lambda flow: (f"producer={producer} queue={flow.queue} batch={flow.batch_id} enqueued={flow.count} "
+                         f"depth={flow.depth_count} depthBytes={flow.depth_size} "
+                         f"flowStopped={fmt_bool(flow.flow_stopped)} flowStoppedCount={flow.flow_stopped_count} "
+                         f"held={flow.held_seconds:.1f}s")
 
 
 def rate_messages(spark: SparkSession, name: str, rate: int, message_size: int) -> DataFrame:
@@ -260,7 +268,9 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     checkpoint = args.checkpoint or posixpath.join(queue.state_location, "checkpoints", f"producer-{args.name}")
     name = f"producer_{args.name}"
-    sink = ProgressSink(QueueSink(args.queue, options=options, query_name=name), args.queue, queue.path, args.name)
+    sink = JobSink(QueueSink(args.queue, options=options, query_name=name), queue.path, args.name)
+    lines = ProgressLines(name, "producer", progress_line(args.name), queues=[queue.path])
+    spark.streams.addListener(lines)
     trigger = {"availableNow": True} if args.available_now else {"processingTime": args.trigger}
     query = (messages.writeStream.foreachBatch(sink).queryName(name)
              .option("checkpointLocation", checkpoint).trigger(**trigger).start())
@@ -271,9 +281,10 @@ def main(argv: Sequence[str] | None = None) -> None:
          f"source {args.source}, {limits}, policy={settings.policy} capacity={producer.capacity} "
          f"onFull={producer.on_full}, checkpoint {checkpoint}")
     seconds = run_query(query, None if args.available_now else args.run_seconds, errors=lambda: sink.error)
+    lines.wait_for_last()
     interrupted = ", 1 batch cut short by the stop (finished on restart)" if sink.interrupted else ""
-    emit(f"producer={args.name} stopped after {seconds:.0f}s: {sink.batches} batches completed "
-         f"({sink.enqueued} messages){interrupted}")
+    emit(f"producer={args.name} stopped after {seconds:.0f}s: {lines.batches} batches completed "
+         f"({lines.messages} messages){interrupted}")
 
 
 if __name__ == "__main__":

@@ -34,8 +34,9 @@ _KEEP_MS = 600_000  # commits of queries with no event here (other applications)
 
 @dataclass(frozen=True)
 class FlowProgress:
-    """Flow control as one query saw it in its last micro-batch. A producer's ``count`` and
-    ``size`` are what the batch enqueued; a consumer's, what it read."""
+    """Flow control as one query saw it in its last micro-batch: the messages it enqueued (a
+    producer) or read (a consumer), the queue version it wrote or read up to, and the depth
+    after it (a consumer's: what remains once the batch is acknowledged)."""
 
     query_id: str
     query_name: str | None
@@ -49,6 +50,7 @@ class FlowProgress:
     flow_stopped_count: int
     held_seconds: float
     count: int = 0
+    position: int = -1
 
 
 class FlowProgressListener(StreamingQueryListener):
@@ -63,8 +65,8 @@ class FlowProgressListener(StreamingQueryListener):
         A ``spark.flow.home``: the producers of every queue registered there are reported too.
 
     Consumers of any queue are reported without either. A producer's ``held_seconds`` is the
-    time its batch waited before its writes (recorded in its commits) plus the time from its
-    last write to the end of the micro-batch, where a completion hold falls.
+    time its batch waited before and between its writes (recorded in its commits) and after
+    them (recorded in the queue's holds table, only when it held).
 
     Examples
     --------
@@ -92,7 +94,7 @@ class FlowProgressListener(StreamingQueryListener):
     def onQueryProgress(self, event: object) -> None:
         progress = event.progress  # type: ignore[attr-defined]
         query_id, name = str(progress.id), progress.name
-        found = self._producers(progress) + self._consumers(progress)
+        found = self.reports(progress)
         if found:
             self.progress[query_id] = found
         for flow in found:
@@ -102,11 +104,15 @@ class FlowProgressListener(StreamingQueryListener):
                      flow.depth_count, flow.depth_size, str(flow.flow_stopped).lower(), flow.flow_stopped_count,
                      flow.held_seconds)
 
+    def reports(self, progress: Any) -> list[FlowProgress]:
+        """Flow control of one micro-batch (a ``StreamingQueryProgress``), as a producer and as a
+        consumer of queues."""
+        return self._producers(progress) + self._consumers(progress)
+
     def _producers(self, progress: Any) -> list[FlowProgress]:
         """The queues this micro-batch wrote, from their commits that name its query and batch."""
         query_id, batch_id = str(progress.id), progress.batchId
         started = int(datetime.fromisoformat(progress.timestamp.replace("Z", "+00:00")).timestamp() * 1000)
-        ended = started + int(progress.durationMs.get("triggerExecution", 0))
         paths = self._paths + sorted(set((self._registry.queues() if self._registry else {}).values()) -
                                      set(self._paths))
         found = []
@@ -119,10 +125,11 @@ class FlowProgressListener(StreamingQueryListener):
             if mine:
                 status = _status(queue)
                 last = mine[-1]
-                held = last.held + max(0, ended - last.timestamp) / 1000
+                held = last.held + queue.holds.seconds(query_id, batch_id)
                 found.append(FlowProgress(query_id, progress.name, "producer", queue.name, None, batch_id,
                                           status.depth.count, status.depth.size, status.stopped,
-                                          status.flow_stopped_count, round(held, 3), sum(c.count for c in mine)))
+                                          status.flow_stopped_count, round(held, 3), sum(c.count for c in mine),
+                                          last.version))
         return found
 
     def _new_commits(self, queue: Queue, since: int) -> list[Commit]:
@@ -147,11 +154,13 @@ class FlowProgressListener(StreamingQueryListener):
             offset = flowqueue_offset(source.endOffset)
             if offset is not None:
                 queue = open_queue(offset["queue"])
-                depth = queue.depth(offset["subscription"])
+                latest = queue.refresh()
                 sub = queue.subscriptions.get(offset["subscription"])
+                depth = queue.ledger.depth(max(sub.position, int(offset["version"])), latest)
                 found.append(FlowProgress(str(progress.id), progress.name, "consumer", queue.name, sub.name,
                                           progress.batchId, depth.count, depth.size, sub.flow_stopped,
-                                          sub.flow_stopped_count, 0.0, int(source.numInputRows)))
+                                          sub.flow_stopped_count, 0.0, int(source.numInputRows),
+                                          int(offset["version"])))
         return found
 
 

@@ -36,6 +36,7 @@ from spark_flow.exceptions import (
     UnknownKeyError,
 )
 from spark_flow.history import HistoryTable
+from spark_flow.holds import HoldTable
 from spark_flow.home import HOME_CONF, Registry
 from spark_flow.ledger import METADATA_KEY, Depth, Ledger
 from spark_flow.names import QueueRef, normalize_path, queue_name, queue_ref
@@ -90,6 +91,7 @@ class Queue:
         self.history = HistoryTable(posixpath.join(properties[STATE_LOCATION], "history"), self.name,
                                     self.storage_options)
         self.overrides = OverrideTable(posixpath.join(properties[STATE_LOCATION], "overrides"), self.storage_options)
+        self.holds = HoldTable(posixpath.join(properties[STATE_LOCATION], "holds"), self.storage_options)
         self._settings: tuple[tuple[dict[str, str], dict[str, str]], QueueSettings] | None = None
 
     def __repr__(self) -> str:

@@ -406,14 +406,18 @@ class QueueSink:
     def _hold(self, batch_id: int, gates: Mapping[str, Gate], enqueued: Mapping[str, Depth],
               is_active: Callable[[], bool]) -> None:
         """Complete the batch only when every destination queue is flow-OFF in one pass."""
-        held = {dest: self._held[gate.queue.path] for dest, gate in gates.items()}
+        after_writes = dict.fromkeys(gates, 0.0)
         while True:
             statuses = {}
             for dest, gate in gates.items():
                 statuses[dest], seconds = gate.complete(is_active)
-                held[dest] += seconds
+                after_writes[dest] += seconds
             if not is_active() or not any(gates[dest].holds(status) for dest, status in statuses.items()):
                 break
+        held = {dest: self._held[gate.queue.path] + after_writes[dest] for dest, gate in gates.items()}
+        for dest, seconds in after_writes.items():
+            if seconds > 0 and self._query_id is not None and enqueued[dest].count:
+                gates[dest].queue.holds.record(self._query_id, batch_id, round(seconds, 3))
         for dest, status in statuses.items():
             self.last[dest] = BatchReport(batch_id, status.queue, enqueued[dest].count, enqueued[dest].size,
                                           status.depth, status.stopped, status.flow_stopped_count, held[dest])

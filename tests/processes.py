@@ -13,11 +13,13 @@ __all__ = ["ROOT", "failure", "progress", "spark_submit"]
 LINE = re.compile(r"(\w+)=(\S+)")
 
 
-def spark_submit(job: str, *args: str, conf: dict[str, str] | None = None,
+def spark_submit(job: str, *args: str, conf: dict[str, str] | None = None, remote: str | None = None,
                  timeout: float = 300) -> subprocess.CompletedProcess[str]:
     """Run ``jobs/<job>.py`` through the venv's spark-submit on a local[1] session (the preset) to
-    its end; the driver and workers run this interpreter."""
-    with start_job(job, *args, conf=conf, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as process:
+    its end; the driver and workers run this interpreter. With ``remote``, as a Spark Connect
+    client of that server."""
+    with start_job(job, *args, conf=conf, remote=remote, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                   text=True) as process:
         try:
             stdout, stderr = process.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:

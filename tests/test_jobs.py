@@ -68,12 +68,18 @@ def test_bad_flow_conf_fails_before_anything_is_written(tmp_path: Path) -> None:
 
 
 @pytest.mark.e2e
-def test_producer_is_held_then_the_consumer_drains_the_queue(tmp_path: Path) -> None:
+@pytest.mark.parametrize("session", ["classic", "connect"])
+def test_producer_is_held_then_the_consumer_drains_the_queue(tmp_path: Path, session: str,
+                                                             request: pytest.FixtureRequest) -> None:
+    """The jobs as spark-submit runs them: with their own local session, and as Spark Connect
+    clients (``spark-submit --remote``), whose foreachBatch runs on the server while the
+    progress lines are printed by the job."""
     path, output = tmp_path / "events", tmp_path / "consumed"
+    remote = request.getfixturevalue("spark_connect") if session == "connect" else None
 
     producer = spark_submit(
         "producer", "--queue", str(path), "--name", "p1", "--rate", str(RATE), "--capacity", str(CAPACITY),
-        "--trigger", "500ms", "--run-seconds", "12",
+        "--trigger", "500ms", "--run-seconds", "12", remote=remote,
         conf={"spark.flow.stopCount": str(STOP), "spark.flow.resumeCount": str(RESUME)})
     assert producer.returncode == 0, failure(producer)
     assert f"stopCount={STOP} resumeCount={RESUME}" in producer.stdout, failure(producer)
@@ -94,7 +100,7 @@ def test_producer_is_held_then_the_consumer_drains_the_queue(tmp_path: Path) -> 
 
     consumer = spark_submit(
         "consumer", "--queue", str(path), "--output", str(output), "--max-records-per-trigger", "10",
-        "--rows-per-second", "50", "--trigger", "500ms", "--until-empty")
+        "--rows-per-second", "50", "--trigger", "500ms", "--until-empty", remote=remote)
     assert consumer.returncode == 0, failure(consumer)
     lines = progress(consumer.stdout, "consumer")
     assert sum(int(line["consumed"]) for line in lines) == enqueued.num_rows, failure(consumer)
