@@ -18,6 +18,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -131,7 +132,12 @@ def start_session(app_name: str, verbose: bool, check: Callable[[dict[str, str]]
     # A query stopped while its batch is held reports the interrupted callback; that is expected.
     logging.getLogger("py4j").setLevel(logging.CRITICAL)
     spark = get_spark({"spark.app.name": app_name})
-    if not is_connect(spark):  # a Connect server's log is the server's
+    if is_connect(spark):
+        # The jobs' foreachBatch functions run on the server, where this folder is not importable.
+        from pyspark import cloudpickle
+
+        cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    else:  # a Connect server's log is the server's
         spark.sparkContext.setLogLevel("ERROR")
     check(session_flow_conf(spark))
     return spark
@@ -203,11 +209,13 @@ class ProgressLines(FlowProgressListener):
         self.batches = 0
         self.messages = 0
         self._query_id: str | None = None
+        self._started = datetime.now()
         self._terminated = threading.Event()
 
     def onQueryStarted(self, event: Any) -> None:
         if event.name == self.query_name:
             self._query_id = str(event.id)
+            self._started = datetime.fromisoformat(event.timestamp.replace("Z", "+00:00"))
 
     def onQueryProgress(self, event: Any) -> None:
         if event.progress.name == self.query_name:
@@ -224,6 +232,11 @@ class ProgressLines(FlowProgressListener):
         """Wait until the stopped query's last progress is printed (events come after the fact,
         in order, and its termination last)."""
         self._terminated.wait(timeout)
+
+    def cut_short(self) -> list[FlowProgress]:
+        """The batch the job's stop cut short (written in part or whole, not completed: a restart
+        from the checkpoint finishes it), as its queues have it now."""
+        return self.in_flight(self._query_id, self._started) if self._query_id else []
 
 
 class SlowConsumer:
@@ -271,14 +284,13 @@ class SlowConsumer:
 
 
 def run_query(query: StreamingQuery, run_seconds: float | None,
-              keep_running: Callable[[], bool] = lambda: False,
-              errors: Callable[[], BaseException | None] = lambda: None) -> float:
+              keep_running: Callable[[], bool] = lambda: False) -> float:
     """Wait for ``query`` for ``run_seconds`` (forever without), then as long as ``keep_running()``;
     stop it and return the seconds it ran.
 
-    A query that ended on its own with an error raises :class:`JobError`, described by
-    ``errors()`` (what the job's own foreachBatch caught) or by Spark. Errors of a batch cut short
-    by the job's own stop (a held batch interrupted) are not failures: a restart finishes it.
+    A query that ended on its own with an error raises :class:`JobError`, described as Spark
+    reports it (a spark-flow error by its own line). Errors of a batch cut short by the job's own
+    stop (a held batch interrupted) are not failures: a restart finishes it.
     """
     started, stopped_here = time.monotonic(), False
     try:
@@ -295,7 +307,7 @@ def run_query(query: StreamingQuery, run_seconds: float | None,
         stopped_here = True
     finally:
         query.stop()
-    failed = None if stopped_here else (errors() or query.exception())
+    failed = None if stopped_here else query.exception()
     if failed is not None:
         raise JobError(f"query {query.name or query.id} failed: {describe(failed)}")
     return time.monotonic() - started
@@ -329,6 +341,10 @@ def main_guard(main: Callable[[Sequence[str] | None], None], argv: Sequence[str]
     except JobError as error:
         print(f"error: {error}", file=sys.stderr, flush=True)
         exit_process(error.status)
+    except Exception as error:  # unexpected: its traceback, then the line (the process must end: see exit_process)
+        traceback.print_exc()
+        print(f"error: {describe(error)}", file=sys.stderr, flush=True)
+        exit_process(EXIT_FAILED)
     exit_process(0)
 
 

@@ -56,7 +56,6 @@ from _common import (
 
 from spark_flow import (
     FlowProgress,
-    HoldInterruptedError,
     QueueNotFoundError,
     QueueSink,
     declare,
@@ -66,7 +65,6 @@ from spark_flow import (
 from spark_flow.config import ON_FULL, check_conf, producer_settings, session_flow_conf
 from spark_flow.names import queue_name
 from spark_flow.queue import queue_location
-from spark_flow.session import still_active, streaming_query
 from spark_flow.sink import conform
 
 if TYPE_CHECKING:
@@ -155,42 +153,6 @@ def _check_source_options(parser: argparse.ArgumentParser, args: argparse.Namesp
                      f"{overhead} bytes (id, event_time and the name {args.name!r})")
 
 
-class JobSink:
-    """The job's QueueSink, which tells a batch cut short by the job's own stop (a restart
-    finishes it) from a failure, and prints the line of a cut-short batch: it never completes,
-    so no progress event reports it."""
-
-    def __init__(self, sink: QueueSink, location: str, producer: str) -> None:
-        self.sink = sink
-        self.location = location
-        self.producer = producer
-        self.interrupted = 0
-        self.error: BaseException | None = None
-
-    def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        try:
-            self.sink(batch, batch_id)
-        except Exception as error:
-            stopped = not still_active(streaming_query(batch.sparkSession, self.sink.query_name, required=False))()
-            if isinstance(error, HoldInterruptedError) or stopped:
-                self._interrupted(batch_id)
-            else:
-                self.error = error
-            raise
-
-    def _interrupted(self, batch_id: int) -> None:
-        """The job stopped in mid-batch (held between two chunks, or writing): the batch is not
-        complete, and its missing rows are enqueued when the job restarts from its checkpoint.
-        Its line is the queue's state as the queue's log and subscriptions table have it."""
-        self.interrupted += 1
-        queue = open_queue(self.location)
-        depth = max(queue.depths().values(), key=lambda d: (d.count, d.size))
-        subs = queue.subscriptions.list()
-        emit(f"producer={self.producer} queue={queue.name} batch={batch_id} enqueued=partial "
-             f"depth={depth.count} depthBytes={depth.size} flowStopped={fmt_bool(any(s.flow_stopped for s in subs))} "
-             f"flowStoppedCount={max((s.flow_stopped_count for s in subs), default=0)} held=interrupted")
-
-
 def progress_line(producer: str) -> Callable[[FlowProgress], str]:
     """The producer's line for one completed batch (from its query's progress)."""
     return lambda flow: (f"producer={producer} queue={flow.queue} batch={flow.batch_id} enqueued={flow.count} "
@@ -268,11 +230,10 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     checkpoint = args.checkpoint or posixpath.join(queue.state_location, "checkpoints", f"producer-{args.name}")
     name = f"producer_{args.name}"
-    sink = JobSink(QueueSink(args.queue, options=options, query_name=name), queue.path, args.name)
     lines = ProgressLines(name, "producer", progress_line(args.name), queues=[queue.path])
     spark.streams.addListener(lines)
     trigger = {"availableNow": True} if args.available_now else {"processingTime": args.trigger}
-    query = (messages.writeStream.foreachBatch(sink).queryName(name)
+    query = (messages.writeStream.foreachBatch(QueueSink(args.queue, options=options, query_name=name)).queryName(name)
              .option("checkpointLocation", checkpoint).trigger(**trigger).start())
     t = settings.thresholds
     limits = (f"stopCount={t.stop_count} resumeCount={t.resume_count} stopSize={t.stop_size} resumeSize={t.resume_size}"
@@ -280,9 +241,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     emit(f"producer={args.name} started: queue {queue.name} ({queue.path}{', declared' if created else ''}), "
          f"source {args.source}, {limits}, policy={settings.policy} capacity={producer.capacity} "
          f"onFull={producer.on_full}, checkpoint {checkpoint}")
-    seconds = run_query(query, None if args.available_now else args.run_seconds, errors=lambda: sink.error)
+    seconds = run_query(query, None if args.available_now else args.run_seconds)
     lines.wait_for_last()
-    interrupted = ", 1 batch cut short by the stop (finished on restart)" if sink.interrupted else ""
+    cut_short = lines.cut_short()
+    for flow in cut_short:
+        emit(f"producer={args.name} queue={flow.queue} batch={flow.batch_id} enqueued=partial "
+             f"depth={flow.depth_count} depthBytes={flow.depth_size} flowStopped={fmt_bool(flow.flow_stopped)} "
+             f"flowStoppedCount={flow.flow_stopped_count} held=interrupted")
+    interrupted = ", 1 batch cut short by the stop (finished on restart)" if cut_short else ""
     emit(f"producer={args.name} stopped after {seconds:.0f}s: {lines.batches} batches completed "
          f"({lines.messages} messages){interrupted}")
 

@@ -109,28 +109,52 @@ class FlowProgressListener(StreamingQueryListener):
         consumer of queues."""
         return self._producers(progress) + self._consumers(progress)
 
+    def in_flight(self, query_id: str, since: datetime) -> list[FlowProgress]:
+        """The batch a producer query has written to its queues and not completed (held, or cut
+        short by its query's stop: a restart from the checkpoint finishes it), as the queues have
+        it now; ``since`` is when the query started. Its ``held_seconds`` are those before its
+        last write."""
+        found = []
+        for path, pending in self._pending(int(since.timestamp() * 1000)):
+            mine = [c for c in pending if c.query == query_id and c.batch is not None]
+            batch = max((c.batch for c in mine), default=None)
+            if batch is not None:
+                found.append(self._report(open_queue(path), query_id, None, batch,
+                                          [c for c in mine if c.batch == batch], 0.0))
+        return found
+
     def _producers(self, progress: Any) -> list[FlowProgress]:
         """The queues this micro-batch wrote, from their commits that name its query and batch."""
         query_id, batch_id = str(progress.id), progress.batchId
         started = int(datetime.fromisoformat(progress.timestamp.replace("Z", "+00:00")).timestamp() * 1000)
-        paths = self._paths + sorted(set((self._registry.queues() if self._registry else {}).values()) -
-                                     set(self._paths))
         found = []
-        for path in paths:
-            queue = open_queue(path)
-            pending = self._commits.setdefault(path, []) + self._new_commits(queue, started)
+        for path, pending in self._pending(started):
             mine = [c for c in pending if c.query == query_id and c.batch == batch_id]
             self._commits[path] = [c for c in pending if c.timestamp >= started - _KEEP_MS and
                                    not (c.query == query_id and c.batch is not None and c.batch <= batch_id)]
             if mine:
-                status = _status(queue)
-                last = mine[-1]
-                held = last.held + queue.holds.seconds(query_id, batch_id)
-                found.append(FlowProgress(query_id, progress.name, "producer", queue.name, None, batch_id,
-                                          status.depth.count, status.depth.size, status.stopped,
-                                          status.flow_stopped_count, round(held, 3), sum(c.count for c in mine),
-                                          last.version))
+                queue = open_queue(path)
+                found.append(self._report(queue, query_id, progress.name, batch_id, mine,
+                                          queue.holds.seconds(query_id, batch_id)))
         return found
+
+    def _pending(self, since: int) -> list[tuple[str, list[Commit]]]:
+        """Each watched queue with the sink commits not reported yet (those from ``since``, ms,
+        at a queue's first look)."""
+        paths = self._paths + sorted(set((self._registry.queues() if self._registry else {}).values()) -
+                                     set(self._paths))
+        for path in paths:
+            self._commits[path] = self._commits.get(path, []) + self._new_commits(open_queue(path), since)
+        return [(path, self._commits[path]) for path in paths]
+
+    @staticmethod
+    def _report(queue: Queue, query_id: str, name: str | None, batch_id: int, commits: list[Commit],
+                held_after: float) -> FlowProgress:
+        """A producer's report of one batch from its commits to ``queue`` and the queue's state."""
+        status, last = _status(queue), commits[-1]
+        return FlowProgress(query_id, name, "producer", queue.name, None, batch_id, status.depth.count,
+                            status.depth.size, status.stopped, status.flow_stopped_count,
+                            round(last.held + held_after, 3), sum(c.count for c in commits), last.version)
 
     def _new_commits(self, queue: Queue, since: int) -> list[Commit]:
         """The sink's commits to a queue since the last look. At the first look, those from

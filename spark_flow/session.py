@@ -93,11 +93,11 @@ def streaming_query(spark: SparkSession, name: str | None = None, *, required: b
                              "and give the same name to QueueSink(query_name=...), or give QueueSink(app_id=...)")
 
 
-
 def still_active(query: StreamingQuery | None) -> Callable[[], bool]:
     """Whether ``query`` is still running, asked each time: a held or sleeping foreachBatch call
     returns once its query is stopped. Outside a query (None), always True."""
     return (lambda: query.isActive) if query is not None else (lambda: True)
+
 
 def get_spark(conf: Mapping[str, str] | None = None) -> SparkSession:
     """Return the active SparkSession, or create one with Delta configured.
@@ -120,7 +120,7 @@ def get_spark(conf: Mapping[str, str] | None = None) -> SparkSession:
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
-    remote = (conf or {}).get("spark.remote") or os.environ.get("SPARK_REMOTE")
+    remote = (conf or {}).get("spark.remote") or os.environ.get("SPARK_REMOTE") or _submitted_conf().get("spark.remote")
     if remote:
         return _remote_session(remote, conf or {})
     spark_conf = SparkConf()
@@ -146,14 +146,21 @@ def _remote_session(url: str, conf: Mapping[str, str]) -> SparkSession:
     The server's own configuration has Delta; static settings cannot be set from a client."""
     from pyspark.sql import SparkSession
 
-    given = dict(conf)
-    for i in range(int(os.environ.get("PYSPARK_REMOTE_INIT_CONF_LEN", "0"))):
-        given = {**json.loads(os.environ[f"PYSPARK_REMOTE_INIT_CONF_{i}"]), **given}
+    given = {**_submitted_conf(), **conf}
     spark = SparkSession.builder.remote(url).getOrCreate()
     for key, value in given.items():
         if key.startswith("spark.flow."):
             spark.conf.set(key, value)
     return spark
+
+
+def _submitted_conf() -> dict[str, str]:
+    """What ``spark-submit --remote`` passes a Python client: its ``--conf`` entries and the
+    server's ``spark.remote``, in ``PYSPARK_REMOTE_INIT_CONF_<i>`` environment variables."""
+    submitted: dict[str, str] = {}
+    for i in range(int(os.environ.get("PYSPARK_REMOTE_INIT_CONF_LEN", "0"))):
+        submitted.update(json.loads(os.environ[f"PYSPARK_REMOTE_INIT_CONF_{i}"]))
+    return submitted
 
 
 def exit_process(status: int = 0) -> NoReturn:
