@@ -55,15 +55,19 @@ def parse_count(key: str, value: Any, minimum: int = 0) -> int:
     return count
 
 
-def parse_size(key: str, value: Any) -> int:
-    """A size in bytes: plain bytes or a number with a unit (``8k``, ``10 MB``; 1k = 1024)."""
+def parse_size(key: str, value: Any, minimum: int = 0) -> int:
+    """A size in bytes of at least ``minimum``: plain bytes or a number with a unit (``8k``,
+    ``10 MB``, Spark's ``10m``; 1k = 1024)."""
     match = _SIZE.match(str(value)) if not isinstance(value, (bool, float)) else None
+    allowed = f"bytes as a whole number >= {minimum}, or with a unit: 8k, 10 MB"
     if not match:
-        raise ConfigurationError(key, value, "bytes as a whole number >= 0, or with a unit: 8k, 10 MB")
+        raise ConfigurationError(key, value, allowed)
     number, unit = Fraction(match.group(1)), (match.group(2) or "b")[0].lower()
     size = number * 1024 ** _SIZE_UNITS[unit]
     if size.denominator != 1:
         raise ConfigurationError(key, value, "a whole number of bytes")
+    if size < minimum:
+        raise ConfigurationError(key, value, allowed)
     return int(size)
 
 
