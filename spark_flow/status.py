@@ -20,11 +20,14 @@ if TYPE_CHECKING:
 
 
 def _flow_fields() -> list[pa.Field]:
-    """What a status row and a history row both say: depth, thresholds and flow state."""
+    """What a status row and a history row both say: depth (count, size, the oldest message's
+    age), thresholds (ages in seconds) and flow state."""
     import pyarrow as pa
 
     return [pa.field(name, pa.int64()) for name in ("depth_count", "depth_size", "stop_count", "resume_count",
                                                     "stop_size", "resume_size")] + [
+        pa.field("stop_age", pa.float64()), pa.field("resume_age", pa.float64()),
+        pa.field("oldest_message_age_seconds", pa.float64()),
         pa.field("flow_stopped", pa.bool_()), pa.field("flow_stopped_count", pa.int64())]
 
 
@@ -38,7 +41,6 @@ def status_schema() -> pa.Schema:
         pa.field("subscription", pa.string(), nullable=False),
         *_flow_fields(),
         pa.field("last_transition", ts),
-        pa.field("oldest_message_age_seconds", pa.float64()),
         pa.field("consumer_stalled", pa.bool_()),
         pa.field("producers_stopped", pa.bool_()),
         pa.field("producers_held", pa.bool_()),
