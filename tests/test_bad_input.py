@@ -181,6 +181,7 @@ CONF_VALUES = [
     ("capacity", "0", "a whole number >= 1"), ("pollInterval", "0s", DURATION + ", above 0"),
     ("producerFlowControl", "maybe", "true or false"), ("producersStopped", "sometimes", "true or false"),
     ("stallTimeout", "forever", DURATION), ("stalledConsumerPolicy", "ignore", "one of flag, skip"),
+    ("stopAge", "-5s", DURATION), ("resumeAge", "a while", DURATION),
 ]
 
 CASES = [
@@ -221,6 +222,8 @@ CASES = [
          bad("flow.resumeCount", "25", "a value <= flow.stopCount=20" + ABOVE), props={"flow.resumeCount": "25"}),
     case("declare resume above stop", declare_new({"stopCount": 5, "resumeCount": 9}), ConfigurationError,
          bad("flow.resumeCount", "9", "a value <= flow.stopCount=5" + ABOVE)),
+    case("declare resumeAge above stopAge", declare_new({"stopAge": "3s", "resumeAge": "1 min"}), ConfigurationError,
+         bad("flow.resumeAge", "60s", "a value <= flow.stopAge=3s" + ABOVE)),
     case("re-declare resume above the kept stop",
          lambda w: declare(w.spark, w.orders.path, ORDERS, settings={"resumeCount": 25}), ConfigurationError,
          bad("flow.resumeCount", "25", "a value <= flow.stopCount=20" + ABOVE)),
