@@ -3,7 +3,8 @@
 The status table is the Qpid QMF queue object as a Delta table: one row per queue and
 subscription, upserted by the controller every micro-batch. The history table keeps a sample
 per queue and subscription per controller micro-batch plus every transition and command, for
-plots; it is appended once per controller batch (a Delta app transaction).
+plots; it is appended once per controller batch (a Delta app transaction). Both take the
+columns a newer spark-flow writes (``stop_age``, ...) into tables an older one created.
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ def write_status(home: str, rows: Sequence[Mapping[str, Any]], gone: Sequence[tu
     data = pa.Table.from_pylist(list(rows), schema=status_schema())
     if not table.create(data) and rows:
         table.merge(data, "t.queue = s.queue AND t.subscription = s.subscription",
-                    lambda m: m.when_matched_update_all().when_not_matched_insert_all())
+                    lambda m: m.when_matched_update_all().when_not_matched_insert_all(), merge_schema=True)
     for queue, subscription in gone:
         table.delete(f"queue = {sql_string(queue)} AND subscription = {sql_string(subscription)}")
 
@@ -95,12 +96,12 @@ def append_history(home: str, rows: Sequence[Mapping[str, Any]], app_id: str, ve
             rows = _missing_transitions(table, rows)
             if rows:  # a replayed batch saw transitions the first attempt did not: add only those
                 write_deltalake(location, pa.Table.from_pylist(rows, schema=history_schema()), mode="append",
-                                storage_options=options)
+                                schema_mode="merge", storage_options=options)
             return False
     if not rows:
         return False
     write_deltalake(location, pa.Table.from_pylist(list(rows), schema=history_schema()), mode="append",
-                    commit_properties=CommitProperties(app_transactions=[Transaction(app_id, version)]),
+                    schema_mode="merge", commit_properties=CommitProperties(app_transactions=[Transaction(app_id, version)]),
                     storage_options=options)
     return True
 
