@@ -236,8 +236,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     query = (messages.writeStream.foreachBatch(QueueSink(args.queue, options=options, query_name=name)).queryName(name)
              .option("checkpointLocation", checkpoint).trigger(**trigger).start())
     t = settings.thresholds
+    ages = f" stopAge={t.stop_age:g}s resumeAge={t.resume_age:g}s" if t.stop_age else ""
     limits = (f"stopCount={t.stop_count} resumeCount={t.resume_count} stopSize={t.stop_size} resumeSize={t.resume_size}"
-              if t.enabled else "no flow control (set spark.flow.stopCount, stopSize or maxCount)")
+              f"{ages}" if t.enabled else "no flow control (set spark.flow.stopCount, stopSize, stopAge or maxCount)")
     emit(f"producer={args.name} started: queue {queue.name} ({queue.path}{', declared' if created else ''}), "
          f"source {args.source}, {limits}, policy={settings.policy} capacity={producer.capacity} "
          f"onFull={producer.on_full}, checkpoint {checkpoint}")

@@ -24,6 +24,7 @@ HOME_ENV = "SPARK_FLOW_HOME"
 STATUS_COLUMNS = (
     ("queue", "queue"), ("subscription", "subscription"), ("depth_count", "depth"), ("depth_size", "bytes"),
     ("stop_count", "stop"), ("resume_count", "resume"), ("stop_size", "stopSize"), ("resume_size", "resumeSize"),
+    ("stop_age", "stopAge(s)"), ("resume_age", "resumeAge(s)"),
     ("flow_stopped", "flowStopped"), ("flow_stopped_count", "flowStoppedCount"),
     ("producers_held", "held"), ("held_since", "heldSince"), ("consumer_stalled", "stalled"),
     ("oldest_message_age_seconds", "oldestAge(s)"), ("last_transition", "lastTransition"),
@@ -37,6 +38,7 @@ def _parser() -> argparse.ArgumentParser:
                "  spark-flow --home /data/flow status\n"
                "  spark-flow declare /data/queues/events --schema 'id BIGINT, body STRING' --set stopCount=900\n"
                "  spark-flow set events stopCount=900 resumeCount=500\n"
+               "  spark-flow set events stopAge=5min resumeAge=1min   # the oldest message's age\n"
                "  spark-flow unset events stopCount resumeCount   # back to the queue's table properties\n"
                "  spark-flow stop-producers 'events.>'      # a pattern; no target: every queue\n"
                "  spark-flow plot events --out events.png")

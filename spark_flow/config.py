@@ -55,15 +55,19 @@ def parse_count(key: str, value: Any, minimum: int = 0) -> int:
     return count
 
 
-def parse_size(key: str, value: Any) -> int:
-    """A size in bytes: plain bytes or a number with a unit (``8k``, ``10 MB``; 1k = 1024)."""
+def parse_size(key: str, value: Any, minimum: int = 0) -> int:
+    """A size in bytes of at least ``minimum``: plain bytes or a number with a unit (``8k``,
+    ``10 MB``, Spark's ``10m``; 1k = 1024)."""
     match = _SIZE.match(str(value)) if not isinstance(value, (bool, float)) else None
+    allowed = f"bytes as a whole number >= {minimum}, or with a unit: 8k, 10 MB"
     if not match:
-        raise ConfigurationError(key, value, "bytes as a whole number >= 0, or with a unit: 8k, 10 MB")
+        raise ConfigurationError(key, value, allowed)
     number, unit = Fraction(match.group(1)), (match.group(2) or "b")[0].lower()
     size = number * 1024 ** _SIZE_UNITS[unit]
     if size.denominator != 1:
         raise ConfigurationError(key, value, "a whole number of bytes")
+    if size < minimum:
+        raise ConfigurationError(key, value, allowed)
     return int(size)
 
 
@@ -148,6 +152,8 @@ KEYS: dict[str, Key] = {
         Key("resumeCount", parse_count, None, "Flow turns OFF when the depth is under this many messages (0: stopCount)."),
         Key("stopSize", parse_size, None, "Flow turns ON when the depth exceeds this many bytes (0 = not used)."),
         Key("resumeSize", parse_size, None, "Flow turns OFF when the depth is under this many bytes (0: stopSize)."),
+        Key("stopAge", parse_duration, None, "Flow turns ON when the oldest unacknowledged message is older than this (0 = not used)."),
+        Key("resumeAge", parse_duration, None, "Flow turns OFF when the oldest unacknowledged message is younger than this (0: stopAge)."),
         Key("maxCount", parse_count, 0, "The queue's maximum depth in messages; default thresholds derive from it."),
         Key("maxSize", parse_size, 0, "The queue's maximum depth in bytes; default thresholds derive from it."),
         Key("defaultStopThreshold", parse_percent, Fraction(80), "Default stop threshold, percent of the queue's max (rounded half up)."),
@@ -354,27 +360,31 @@ def default_thresholds(max_count: int, max_size: int, stop_percent: Fraction, re
 def _thresholds(values: Mapping[str, Any], origins: Mapping[str, str]) -> Thresholds:
     """Qpid's rules: the defaults fill every threshold, each explicit threshold replaces its own
     value only; then per measure with a stop, a resume of 0 means the stop (no queue is held
-    forever at depth 0), and a resume above the stop or a stop above the max is an error."""
+    forever at depth 0), and a resume above the stop or a stop above the max is an error. The
+    backlog age has no max and no default: only explicit ``stopAge`` / ``resumeAge``."""
     stop_pct, resume_pct = values["defaultStopThreshold"], values["defaultResumeThreshold"]
     if stop_pct and resume_pct > stop_pct:
         _raise_above(origins, "defaultResumeThreshold", resume_pct, "defaultStopThreshold", stop_pct)
     defaults = default_thresholds(values["maxCount"], values["maxSize"], stop_pct, resume_pct)
-    chosen: dict[str, int] = {}
+    chosen: dict[str, Any] = {}
     for name, default in (("stopCount", defaults.stop_count), ("resumeCount", defaults.resume_count),
-                          ("stopSize", defaults.stop_size), ("resumeSize", defaults.resume_size)):
+                          ("stopSize", defaults.stop_size), ("resumeSize", defaults.resume_size),
+                          ("stopAge", 0.0), ("resumeAge", 0.0)):
         chosen[name] = values[name] if values[name] is not None else default
-    for stop, resume, maximum in (("stopCount", "resumeCount", "maxCount"), ("stopSize", "resumeSize", "maxSize")):
+    for stop, resume, maximum in (("stopCount", "resumeCount", "maxCount"), ("stopSize", "resumeSize", "maxSize"),
+                                  ("stopAge", "resumeAge", None)):
         if not chosen[stop]:
-            chosen[resume] = 0
+            chosen[resume] = chosen[stop]  # 0: the measure is not used
             continue
-        if values[maximum] and chosen[stop] > values[maximum]:
+        if maximum and values[maximum] and chosen[stop] > values[maximum]:
             _raise_above(origins, stop, chosen[stop], maximum, values[maximum], "a stop threshold above the max "
                          "is never reached before the queue is full")
         if not chosen[resume]:
             chosen[resume] = chosen[stop]
         elif chosen[resume] > chosen[stop]:
             _raise_above(origins, resume, chosen[resume], stop, chosen[stop])
-    return Thresholds(chosen["stopCount"], chosen["resumeCount"], chosen["stopSize"], chosen["resumeSize"])
+    return Thresholds(chosen["stopCount"], chosen["resumeCount"], chosen["stopSize"], chosen["resumeSize"],
+                      chosen["stopAge"], chosen["resumeAge"])
 
 
 def _raise_above(origins: Mapping[str, str], key: str, value: Any, limit_key: str, limit: Any,
@@ -383,7 +393,10 @@ def _raise_above(origins: Mapping[str, str], key: str, value: Any, limit_key: st
         origin = origins.get(name, "default")
         return f"{name} (default)" if origin == "default" else origin
 
-    raise ConfigurationError(spelled(key), str(value), f"a value <= {spelled(limit_key)}={limit} ({why})")
+    def shown(amount: Any) -> str:
+        return f"{amount:g}s" if isinstance(amount, float) else str(amount)  # ages are seconds
+
+    raise ConfigurationError(spelled(key), shown(value), f"a value <= {spelled(limit_key)}={shown(limit)} ({why})")
 
 
 @dataclass(frozen=True)

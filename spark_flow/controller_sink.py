@@ -19,7 +19,7 @@ from spark_flow.ledger import Depth
 from spark_flow.observation import now_ms
 from spark_flow.queue import open_queue
 from spark_flow.session import streaming_query
-from spark_flow.state import FlowState, Thresholds
+from spark_flow.state import THRESHOLD_FIELDS, FlowState, Thresholds
 from spark_flow.status import append_history, write_status
 from spark_flow.subscriptions import Subscription
 
@@ -86,8 +86,8 @@ class ControllerSink:
         """Record the controller's transition in the subscriptions table, if nobody did yet, and
         make sure the queue's history has the row of the state it adopted and of its own."""
         queue = open_queue(row["path"])
-        depth = Depth(row["depth_count"], row["depth_size"])
-        thresholds = Thresholds(row["stop_count"], row["resume_count"], row["stop_size"], row["resume_size"])
+        depth = Depth(row["depth_count"], row["depth_size"], row["oldest_enqueue"])
+        thresholds = Thresholds.from_row(row)
         before = Subscription(row["subscription"], row["position"], row["recorded_stopped"], row["recorded_count"])
         after = FlowState(row["flow_stopped"], row["flow_stopped_count"])
         changed = after != FlowState(before.flow_stopped, before.flow_stopped_count) and queue.transition(
@@ -103,14 +103,21 @@ def _ts(ms: int | None) -> Any:
     return None if ms is None else datetime.fromtimestamp(ms / 1000, UTC)
 
 
-def _status_row(row: Mapping[str, Any]) -> dict[str, Any]:
-    oldest = row["oldest_enqueue"]
+def _flow_fields(row: Mapping[str, Any]) -> dict[str, Any]:
+    """What a status row and a history row both say (:func:`spark_flow.status.flow_fields`)."""
+    oldest = row.get("oldest_enqueue")
     return {
-        **{k: row[k] for k in ("queue", "subscription", "depth_count", "depth_size", "stop_count", "resume_count",
-                               "stop_size", "resume_size", "flow_stopped", "flow_stopped_count",
-                               "producers_stopped", "position", "latest")},
+        **{k: row.get(k) for k in ("depth_count", "depth_size", *THRESHOLD_FIELDS, "flow_stopped",
+                                   "flow_stopped_count")},
+        "oldest_message_age_seconds": None if oldest is None else Depth(0, 0, oldest).age(row["time"]),
+    }
+
+
+def _status_row(row: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        **{k: row[k] for k in ("queue", "subscription", "producers_stopped", "position", "latest")},
+        **_flow_fields(row),
         "last_transition": _ts(row["last_transition"]),
-        "oldest_message_age_seconds": None if oldest is None else max(0.0, (row["time"] - oldest) / 1000),
         "consumer_stalled": row["stalled"],
         "producers_held": bool(row["flow_stopped"] or row["producers_stopped"]),
         "held_since": _ts(row["held_since"]), "updated_at": _ts(row["time"]),
@@ -119,8 +126,7 @@ def _status_row(row: Mapping[str, Any]) -> dict[str, Any]:
 
 def _history_row(row: Mapping[str, Any], event: str, detail: str | None = None) -> dict[str, Any]:
     return {
-        **{k: row.get(k) for k in ("queue", "depth_count", "depth_size", "stop_count", "resume_count", "stop_size",
-                                   "resume_size", "flow_stopped", "flow_stopped_count", "producers_stopped")},
+        **{k: row.get(k) for k in ("queue", "producers_stopped")}, **_flow_fields(row),
         "time": _ts(row["time"]), "subscription": row.get("subscription") or "", "event": event,
         "detail": detail if detail is not None else row.get("detail"),
     }

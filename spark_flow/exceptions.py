@@ -106,8 +106,15 @@ class FlowControlError(SparkFlowError):
         super().__init__(
             f"queue {queue!r} refused the batch: {detail} (depth {depth.count} messages / {depth.size} bytes; "
             f"limits: stop {thresholds.stop_count} messages / {thresholds.stop_size} bytes, "
-            f"resume {thresholds.resume_count} messages / {thresholds.resume_size} bytes)"
+            f"resume {thresholds.resume_count} messages / {thresholds.resume_size} bytes{_ages(thresholds)})"
         )
+
+
+def _ages(thresholds: Any) -> str:
+    """The age thresholds, where the queue has them (``Thresholds.stop_age``)."""
+    if not getattr(thresholds, "stop_age", 0):
+        return ""
+    return f"; stop age {thresholds.stop_age:g}s, resume age {thresholds.resume_age:g}s"
 
 
 class QueueFullError(FlowControlError):

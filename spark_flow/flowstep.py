@@ -10,9 +10,10 @@ replayed batch decides the same.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import astuple, dataclass
+from dataclasses import asdict, astuple, dataclass
 from typing import TYPE_CHECKING, Any
 
+from spark_flow.ledger import Depth
 from spark_flow.observation import COMMANDS_KEY
 from spark_flow.state import FlowState, Thresholds
 
@@ -23,7 +24,8 @@ if TYPE_CHECKING:
 OUTPUT_SCHEMA = (
     "kind STRING, event STRING, detail STRING, queue STRING, path STRING, subscription STRING, time BIGINT, "
     "position BIGINT, latest BIGINT, depth_count BIGINT, depth_size BIGINT, oldest_enqueue BIGINT, "
-    "stop_count BIGINT, resume_count BIGINT, stop_size BIGINT, resume_size BIGINT, flow_stopped BOOLEAN, "
+    "stop_count BIGINT, resume_count BIGINT, stop_size BIGINT, resume_size BIGINT, stop_age DOUBLE, "
+    "resume_age DOUBLE, flow_stopped BOOLEAN, "
     "flow_stopped_count BIGINT, last_transition BIGINT, producers_stopped BOOLEAN, held_since BIGINT, "
     "stalled BOOLEAN, recorded_stopped BOOLEAN, recorded_count BIGINT, command_id BIGINT, command STRING, "
     "settings STRING"
@@ -88,13 +90,13 @@ def step(before: ControllerState | None, obs: Mapping[str, Any]) -> tuple[Contro
     """
     now = int(obs["observed_at"])
     recorded = FlowState(bool(obs["recorded_stopped"]), int(obs["recorded_count"]))
-    thresholds = Thresholds(int(obs["stop_count"]), int(obs["resume_count"]), int(obs["stop_size"]),
-                            int(obs["resume_size"]))
+    thresholds = Thresholds.from_row(obs)
     depth_count, depth_size = int(obs["depth_count"]), int(obs["depth_size"])
+    oldest = None if obs.get("oldest_enqueue") is None else int(obs["oldest_enqueue"])
     events: list[tuple[str, str]] = []
     if before is not None:
         events += _recorded_events(FlowState(before.flow_stopped, before.flow_stopped_count), recorded)
-    flow = recorded.observe(thresholds, depth_count, depth_size)
+    flow = recorded.observe(thresholds, depth_count, depth_size, Depth(depth_count, depth_size, oldest).age(now))
     if flow != recorded:
         events.append(("stopped" if flow.flow_stopped else "resumed", "controller"))
 
@@ -124,9 +126,9 @@ def step(before: ControllerState | None, obs: Mapping[str, Any]) -> tuple[Contro
                             held_since)
     status = {
         **{k: obs.get(k) for k in ("queue", "path", "subscription", "position", "latest", "depth_count",
-                                    "depth_size", "oldest_enqueue", "stop_count", "resume_count", "stop_size",
-                                    "resume_size", "producers_stopped", "recorded_stopped", "recorded_count")},
-        "kind": "status", "time": now, "flow_stopped": flow.flow_stopped,
+                                    "depth_size", "oldest_enqueue", "producers_stopped", "recorded_stopped",
+                                    "recorded_count")},
+        **asdict(thresholds), "kind": "status", "time": now, "flow_stopped": flow.flow_stopped,
         "flow_stopped_count": flow.flow_stopped_count, "last_transition": last_transition,
         "held_since": None if held_since == _NONE else held_since, "stalled": stalled,
         "event": "evict" if evict else None,

@@ -82,12 +82,12 @@ class Gate:
         queue.refresh()
         settings = queue.settings()
         while True:
-            backlog = queue.backlog(refresh=False)
+            backlog, now = queue.backlog(refresh=False), int(time.time() * 1000)
             states: dict[str, FlowState] = {}
             for sub, depth in backlog:
                 queue.history.ensure(sub, depth, settings.thresholds)
                 before = FlowState(sub.flow_stopped, sub.flow_stopped_count)
-                after = before.observe(settings.thresholds, depth.count, depth.size)
+                after = before.observe(settings.thresholds, depth.count, depth.size, depth.age(now))
                 if after != before and not queue.transition(sub, after, depth, settings.thresholds):
                     break  # another process recorded a transition first: look again
                 states[sub.name] = after

@@ -1,5 +1,5 @@
-"""The transition history of one queue: every flow STOPPED / RESUMED, with the depth and the
-thresholds that caused it, in a small Delta table beside the subscriptions.
+"""The transition history of one queue: every flow STOPPED / RESUMED, with the depth (count,
+size, and ``depth_age``: the oldest message's age in seconds) and the thresholds that caused it, in a small Delta table beside the subscriptions.
 
 A transition is recorded after its compare-and-set into the subscriptions table, so a process
 killed between the two leaves a state without its row. Every observer therefore makes sure the
@@ -12,6 +12,7 @@ without a SparkSession.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -42,6 +43,9 @@ def _schema() -> pa.Schema:
         pa.field("resume_count", pa.int64(), nullable=False),
         pa.field("stop_size", pa.int64(), nullable=False),
         pa.field("resume_size", pa.int64(), nullable=False),
+        pa.field("stop_age", pa.float64()),
+        pa.field("resume_age", pa.float64()),
+        pa.field("depth_age", pa.float64()),
     ])
 
 
@@ -59,20 +63,20 @@ class HistoryTable:
         subscription was created shows it already."""
         import pyarrow as pa
 
-        key = (sub.name, sub.flow_stopped, sub.flow_stopped_count)
+        key, now = (sub.name, sub.flow_stopped, sub.flow_stopped_count), datetime.now(UTC)
         row = {
-            "time": datetime.now(UTC), "queue": self.queue, "subscription": sub.name,
+            "time": now, "queue": self.queue, "subscription": sub.name,
             "flow_stopped": sub.flow_stopped, "flow_stopped_count": sub.flow_stopped_count,
-            "depth_count": depth.count, "depth_size": depth.size,
-            "stop_count": thresholds.stop_count, "resume_count": thresholds.resume_count,
-            "stop_size": thresholds.stop_size, "resume_size": thresholds.resume_size,
+            "depth_count": depth.count, "depth_size": depth.size, "depth_age": depth.age(int(now.timestamp() * 1000)),
+            **asdict(thresholds),
         }
         rows = pa.Table.from_pylist([row], schema=_schema())
         if not self._table.create(rows):
             since = rows.append_column("since", pa.array([sub.created_at or _EPOCH], pa.timestamp("us", tz="UTC")))
             self._table.merge(since, "t.subscription = s.subscription AND t.flow_stopped = s.flow_stopped "
                                      "AND t.flow_stopped_count = s.flow_stopped_count AND t.time >= s.since",
-                              lambda m: m.when_not_matched_insert({name: f"s.{name}" for name in _schema().names}))
+                              lambda m: m.when_not_matched_insert({name: f"s.{name}" for name in _schema().names}),
+                              merge_schema=True)
         self._recorded.add(key)
 
     def ensure(self, sub: Subscription, depth: Depth, thresholds: Thresholds) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -35,13 +35,21 @@ _RS_ROWS = {"WRITE": "num_added_rows", "MERGE": "num_target_rows_inserted"}
 
 @dataclass(frozen=True)
 class Depth:
-    """Messages enqueued and not yet acknowledged: a count and a size in bytes."""
+    """Messages enqueued and not yet acknowledged: a count and a size in bytes, and when the
+    oldest of them was enqueued (ms since epoch, None when none waits), whose age is the
+    backlog's third measure. Depths compare by count and size."""
 
     count: int = 0
     size: int = 0
+    oldest: int | None = field(default=None, compare=False)
 
     def __add__(self, other: Depth) -> Depth:
-        return Depth(self.count + other.count, self.size + other.size)
+        times = [t for t in (self.oldest, other.oldest) if t is not None]
+        return Depth(self.count + other.count, self.size + other.size, min(times, default=None))
+
+    def age(self, now_ms: int) -> float:
+        """Seconds the oldest message has waited at ``now_ms``; 0 when none waits."""
+        return max(0.0, (now_ms - self.oldest) / 1000) if self.oldest is not None else 0.0
 
 
 @dataclass(frozen=True)
@@ -145,10 +153,10 @@ class Ledger:
                 return infos
 
     def depth(self, after: int, upto: int | None = None) -> Depth:
-        """Messages and bytes enqueued by the commits after ``after``."""
+        """Messages and bytes enqueued by the commits after ``after``, and the oldest one's time."""
         total = Depth()
         for commit in self.commits(after, upto):
-            total += Depth(commit.count, commit.size)
+            total += Depth(commit.count, commit.size, commit.timestamp if commit.count else None)
         return total
 
     def forget(self, upto: int) -> None:

@@ -12,7 +12,7 @@ import json
 import logging
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
@@ -33,7 +33,8 @@ COMMANDS_KEY = ""
 OBSERVATION_SCHEMA = (
     "kind STRING, queue STRING, path STRING, subscription STRING, observed_at BIGINT, position BIGINT, "
     "latest BIGINT, depth_count BIGINT, depth_size BIGINT, oldest_enqueue BIGINT, stop_count BIGINT, "
-    "resume_count BIGINT, stop_size BIGINT, resume_size BIGINT, producers_stopped BOOLEAN, "
+    "resume_count BIGINT, stop_size BIGINT, resume_size BIGINT, stop_age DOUBLE, resume_age DOUBLE, "
+    "producers_stopped BOOLEAN, "
     "stall_timeout DOUBLE, stalled_policy STRING, recorded_stopped BOOLEAN, recorded_count BIGINT, "
     "recorded_transition BIGINT, backpressured BOOLEAN, command_id BIGINT, command STRING, settings STRING"
 )
@@ -137,16 +138,12 @@ def _observe(name: str, path: str) -> Iterator[tuple]:
     queue = open_queue(path)
     latest = queue.refresh()
     settings = queue.settings()
-    thresholds = settings.thresholds
     for sub, depth in queue.backlog(refresh=False):
-        oldest = next((c.timestamp for c in queue.ledger.commits(sub.position, latest) if c.count), None)
         transition = sub.last_transition
         yield _row(backpressured=any(_stopped(d) for d in sub.downstream),
             kind="observe", queue=name, path=queue.path, subscription=sub.name, observed_at=now_ms(),
             position=sub.position, latest=latest, depth_count=depth.count, depth_size=depth.size,
-            oldest_enqueue=oldest,
-            stop_count=thresholds.stop_count, resume_count=thresholds.resume_count,
-            stop_size=thresholds.stop_size, resume_size=thresholds.resume_size,
+            oldest_enqueue=depth.oldest, **asdict(settings.thresholds),
             producers_stopped=settings.producers_stopped, stall_timeout=settings.stall_timeout,
             stalled_policy=settings.stalled_consumer_policy, recorded_stopped=sub.flow_stopped,
             recorded_count=sub.flow_stopped_count,

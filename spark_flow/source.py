@@ -33,14 +33,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import (
-    ReadAllAvailable,
-    ReadLimit,
-    ReadMaxRows,
-    SupportsTriggerAvailableNow,
-)
+from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
 
-from spark_flow.config import parse_count, parse_duration, split_options
+from spark_flow.admission import DEFAULT_MAX_TRIGGER_DELAY, ReadLimits
+from spark_flow.config import parse_count, parse_duration, parse_size, split_options
 from spark_flow.exceptions import ConfigurationError, ProducerSettingError
 from spark_flow.gate import Gate
 from spark_flow.queue import open_queue
@@ -51,8 +47,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
-SOURCE_OPTIONS = ("queue", "subscription", "maxRecordsPerTrigger", "startingPosition", "maxPartitions", "downstream",
-                  "readerTimeout")
+SOURCE_OPTIONS = ("queue", "subscription", "maxRecordsPerTrigger", "maxBytesPerTrigger", "minRecordsPerTrigger",
+                  "maxTriggerDelay", "startingPosition", "maxPartitions", "downstream", "readerTimeout")
 STARTING_POSITIONS = ("earliest", "latest")
 
 
@@ -62,7 +58,7 @@ class SourceOptions:
 
     queue: str
     subscription: str = DEFAULT_SUBSCRIPTION
-    max_records: int | None = None
+    limits: ReadLimits = field(default_factory=ReadLimits)
     starting_position: str | None = None
     max_partitions: int = 4
     downstream: tuple[str, ...] = ()
@@ -81,17 +77,37 @@ class SourceOptions:
         position = own.get("startingPosition")
         if position is not None and position.strip().lower() not in STARTING_POSITIONS:
             raise ConfigurationError("startingPosition", position, "earliest or latest")
-        max_records = own.get("maxRecordsPerTrigger")
         return cls(
             queue=own["queue"],
             subscription=own.get("subscription") or DEFAULT_SUBSCRIPTION,
-            max_records=parse_count("maxRecordsPerTrigger", max_records, minimum=1) if max_records else None,
+            limits=_read_limits(own),
             starting_position=position.strip().lower() if position else None,
             max_partitions=parse_count("maxPartitions", own.get("maxPartitions", 4), minimum=1),
             downstream=tuple(p.strip() for p in own.get("downstream", "").split(",") if p.strip()),
             reader_timeout=parse_duration("readerTimeout", own.get("readerTimeout", "30s"), minimum=1.0),
             flow_conf=conf,
         )
+
+
+def _read_limits(own: Mapping[str, str]) -> ReadLimits:
+    """The read limits among the source's options; ``maxTriggerDelay`` bounds the wait for
+    ``minRecordsPerTrigger`` and means nothing without it."""
+    def given(key: str) -> str | None:
+        value = own.get(key)
+        return None if value is None or str(value).strip() == "" else value
+
+    max_records, max_bytes = given("maxRecordsPerTrigger"), given("maxBytesPerTrigger")
+    min_records, delay = given("minRecordsPerTrigger"), given("maxTriggerDelay")
+    if delay is not None and min_records is None:
+        raise ConfigurationError("maxTriggerDelay", delay, "a duration together with minRecordsPerTrigger "
+                                 "(how long a batch may wait for that many messages)")
+    return ReadLimits(
+        max_records=None if max_records is None else parse_count("maxRecordsPerTrigger", max_records, minimum=1),
+        max_bytes=None if max_bytes is None else parse_size("maxBytesPerTrigger", max_bytes, minimum=1),
+        min_records=None if min_records is None else parse_count("minRecordsPerTrigger", min_records, minimum=1),
+        max_trigger_delay=(DEFAULT_MAX_TRIGGER_DELAY if delay is None
+                           else parse_duration("maxTriggerDelay", delay, minimum=0.001)),
+    )
 
 
 def flowqueue_offset(text: str | None) -> dict | None:
@@ -120,8 +136,14 @@ class FlowQueueDataSource(DataSource):
     -------
     queue : the queue table's path (``spark_flow.read_queue`` resolves catalog names).
     subscription : default ``default``.
-    maxRecordsPerTrigger : admit at most about this many messages per micro-batch (whole
-        commits; a commit larger than the limit is admitted alone).
+    maxRecordsPerTrigger : admit at most this many messages per micro-batch (whole commits; a
+        commit larger than the limit is admitted alone).
+    maxBytesPerTrigger : admit at most this many bytes of messages per micro-batch (``10m``,
+        ``1g``; whole commits as above), as Delta's and the file source's option.
+    minRecordsPerTrigger : hold a micro-batch back until this many messages wait, for at most
+        ``maxTriggerDelay`` (default 15m) since the last batch, as Kafka's
+        ``minOffsetsPerTrigger``. Not waited for under ``Trigger.AvailableNow``, whose end is
+        fixed: no more messages would come.
     startingPosition : ``earliest`` or ``latest``; creates the subscription there if it does
         not exist (an existing subscription goes on from its acknowledged position).
     maxPartitions : at most this many read tasks per micro-batch (default 4).
@@ -162,6 +184,7 @@ class FlowQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._recorded = False  # the conf's settings of the downstream queues
         self._reader = uuid.uuid4().hex  # a restart adopts the one in its checkpoint's offsets
         self._claimed = -math.inf  # when the claim was last renewed (time.monotonic)
+        self._last_batch = time.monotonic()  # maxTriggerDelay counts from the last batch, or the start
 
     @property
     def _queue(self) -> Any:
@@ -199,10 +222,10 @@ class FlowQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return self._offset(self._subscription().position)
 
     def getDefaultReadLimit(self) -> ReadLimit:
-        """``maxRecordsPerTrigger`` as Spark's ``ReadMaxRows``, else everything available."""
-        if self.settings.max_records is not None:
-            return ReadMaxRows(self.settings.max_records)
-        return ReadAllAvailable()
+        """The source's read limits as Spark's one ``ReadLimit`` (``ReadMaxRows``,
+        ``ReadMaxBytes``, ``ReadMinRows`` or ``ReadAllAvailable``); :meth:`latestOffset`
+        applies them all."""
+        return self.settings.limits.spark_limit()
 
     def prepareForTriggerAvailableNow(self) -> None:
         """``Trigger.AvailableNow``: read up to the queue version that is the latest now, no further."""
@@ -216,13 +239,15 @@ class FlowQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         start : dict
             Where the next batch starts: the end of the last batch Spark planned.
         limit : ReadLimit
-            ``ReadMaxRows`` admits whole commits up to that many messages (at least one commit).
+            ``ReadAllAvailable`` admits everything; any other, the source's read limits
+            (:class:`~spark_flow.admission.ReadLimits`), over whole commits.
 
         Returns
         -------
         dict
-            ``start`` itself while there is nothing new or a downstream queue is stopped (the
-            consumer is held back by backpressure), else the offset of the last admitted version.
+            ``start`` itself while there is nothing new, a downstream queue is stopped (the
+            consumer is held back by backpressure) or a minimum is waited for, else the offset
+            of the last admitted version.
 
         Notes
         -----
@@ -243,13 +268,11 @@ class FlowQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         after = max(start["version"], position)
         if latest <= after or self._downstream_stopped():
             return start
-        if not isinstance(limit, ReadMaxRows):
-            return self._offset(latest)
-        end, admitted = after, 0
-        for commit in queue.ledger.commits(after, latest):
-            if admitted and admitted + commit.count > limit.max_rows:
-                break
-            end, admitted = commit.version, admitted + commit.count
+        waited = math.inf if self._target is not None else time.monotonic() - self._last_batch
+        end = self.settings.limits.end(queue.ledger.commits(after, latest), waited, limit)
+        if end is None:
+            return start
+        self._last_batch = time.monotonic()
         return self._offset(max(end, start["version"]))
 
     def _downstream_stopped(self) -> bool:

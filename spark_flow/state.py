@@ -6,14 +6,19 @@ same machine, so the rule is written once and tested message by message.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from typing import Any
 
 
 @dataclass(frozen=True)
 class Thresholds:
     """Flow stop and resume thresholds of a queue; 0 means that measure is not used.
 
-    A measure is configured when its stop threshold is above 0. Flow turns ON when any configured
+    Three measures of a backlog: its count, its size in bytes, and its age in seconds (how long
+    the oldest unacknowledged message has waited, as Pulsar's backlog quota ``limitTime``). A
+    measure is configured when its stop threshold is above 0. Flow turns ON when any configured
     measure goes above its stop threshold, and OFF again only when every configured measure is
     below its resume threshold (strict comparisons, as Qpid's ``QueueFlowLimit``).
     """
@@ -22,33 +27,50 @@ class Thresholds:
     resume_count: int = 0
     stop_size: int = 0
     resume_size: int = 0
+    stop_age: float = 0.0
+    resume_age: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("stop_count", "resume_count", "stop_size", "resume_size"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"{name}={value!r} is not valid: allowed is an integer >= 0")
-        for stop, resume in (("stop_count", "resume_count"), ("stop_size", "resume_size")):
+        for name in ("stop_age", "resume_age"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+                raise ValueError(f"{name}={value!r} is not valid: allowed is a number of seconds >= 0")
+        for stop, resume in (("stop_count", "resume_count"), ("stop_size", "resume_size"), ("stop_age", "resume_age")):
             if getattr(self, stop) and getattr(self, resume) > getattr(self, stop):
                 raise ValueError(
                     f"{resume}={getattr(self, resume)} is above {stop}={getattr(self, stop)}: "
                     f"allowed is {resume} <= {stop}"
                 )
 
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> Thresholds:
+        """The thresholds a status, history or observation row carries (under these field names)."""
+        return cls(**{f.name: type(f.default)(row.get(f.name) or 0) for f in fields(cls)})
+
     @property
     def enabled(self) -> bool:
         """Whether the queue has flow control at all (a stop threshold above 0)."""
-        return self.stop_count > 0 or self.stop_size > 0
+        return self.stop_count > 0 or self.stop_size > 0 or self.stop_age > 0
 
-    def exceeded(self, count: int, size: int) -> bool:
-        """Whether a depth of ``count`` messages and ``size`` bytes turns flow ON."""
-        return (0 < self.stop_count < count) or (0 < self.stop_size < size)
+    def exceeded(self, count: int, size: int, age: float = 0.0) -> bool:
+        """Whether a backlog of ``count`` messages and ``size`` bytes whose oldest message has
+        waited ``age`` seconds turns flow ON."""
+        return (0 < self.stop_count < count) or (0 < self.stop_size < size) or (0 < self.stop_age < age)
 
-    def relieved(self, count: int, size: int) -> bool:
-        """Whether a depth is under every configured resume threshold, so flow may turn OFF."""
+    def relieved(self, count: int, size: int, age: float = 0.0) -> bool:
+        """Whether a backlog is under every configured resume threshold, so flow may turn OFF."""
         count_ok = not self.stop_count or count < self.resume_count
         size_ok = not self.stop_size or size < self.resume_size
-        return count_ok and size_ok
+        age_ok = not self.stop_age or age < self.resume_age
+        return count_ok and size_ok and age_ok
+
+
+#: The names of the thresholds, as status, history and observation rows carry them.
+THRESHOLD_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Thresholds))
 
 
 @dataclass(frozen=True)
@@ -58,8 +80,9 @@ class FlowState:
     flow_stopped: bool = False
     flow_stopped_count: int = 0
 
-    def observe(self, thresholds: Thresholds, count: int, size: int) -> FlowState:
-        """Return the state after observing a depth of ``count`` messages and ``size`` bytes.
+    def observe(self, thresholds: Thresholds, count: int, size: int, age: float = 0.0) -> FlowState:
+        """Return the state after observing a depth of ``count`` messages and ``size`` bytes
+        whose oldest message has waited ``age`` seconds (0 when none waits).
 
         OFF -> ON when a stop threshold is exceeded (and counts the activation);
         ON -> OFF when every configured measure is under its resume threshold.
@@ -67,8 +90,8 @@ class FlowState:
         """
         if not thresholds.enabled:
             return replace(self, flow_stopped=False)
-        if not self.flow_stopped and thresholds.exceeded(count, size):
+        if not self.flow_stopped and thresholds.exceeded(count, size, age):
             return FlowState(True, self.flow_stopped_count + 1)
-        if self.flow_stopped and thresholds.relieved(count, size):
+        if self.flow_stopped and thresholds.relieved(count, size, age):
             return replace(self, flow_stopped=False)
         return self

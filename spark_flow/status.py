@@ -3,7 +3,8 @@
 The status table is the Qpid QMF queue object as a Delta table: one row per queue and
 subscription, upserted by the controller every micro-batch. The history table keeps a sample
 per queue and subscription per controller micro-batch plus every transition and command, for
-plots; it is appended once per controller batch (a Delta app transaction).
+plots; it is appended once per controller batch (a Delta app transaction). Both take the
+columns a newer spark-flow writes (``stop_age``, ...) into tables an older one created.
 """
 
 from __future__ import annotations
@@ -20,11 +21,14 @@ if TYPE_CHECKING:
 
 
 def _flow_fields() -> list[pa.Field]:
-    """What a status row and a history row both say: depth, thresholds and flow state."""
+    """What a status row and a history row both say: depth (count, size, the oldest message's
+    age), thresholds (ages in seconds) and flow state."""
     import pyarrow as pa
 
     return [pa.field(name, pa.int64()) for name in ("depth_count", "depth_size", "stop_count", "resume_count",
                                                     "stop_size", "resume_size")] + [
+        pa.field("stop_age", pa.float64()), pa.field("resume_age", pa.float64()),
+        pa.field("oldest_message_age_seconds", pa.float64()),
         pa.field("flow_stopped", pa.bool_()), pa.field("flow_stopped_count", pa.int64())]
 
 
@@ -38,7 +42,6 @@ def status_schema() -> pa.Schema:
         pa.field("subscription", pa.string(), nullable=False),
         *_flow_fields(),
         pa.field("last_transition", ts),
-        pa.field("oldest_message_age_seconds", pa.float64()),
         pa.field("consumer_stalled", pa.bool_()),
         pa.field("producers_stopped", pa.bool_()),
         pa.field("producers_held", pa.bool_()),
@@ -73,7 +76,7 @@ def write_status(home: str, rows: Sequence[Mapping[str, Any]], gone: Sequence[tu
     data = pa.Table.from_pylist(list(rows), schema=status_schema())
     if not table.create(data) and rows:
         table.merge(data, "t.queue = s.queue AND t.subscription = s.subscription",
-                    lambda m: m.when_matched_update_all().when_not_matched_insert_all())
+                    lambda m: m.when_matched_update_all().when_not_matched_insert_all(), merge_schema=True)
     for queue, subscription in gone:
         table.delete(f"queue = {sql_string(queue)} AND subscription = {sql_string(subscription)}")
 
@@ -93,12 +96,12 @@ def append_history(home: str, rows: Sequence[Mapping[str, Any]], app_id: str, ve
             rows = _missing_transitions(table, rows)
             if rows:  # a replayed batch saw transitions the first attempt did not: add only those
                 write_deltalake(location, pa.Table.from_pylist(rows, schema=history_schema()), mode="append",
-                                storage_options=options)
+                                schema_mode="merge", storage_options=options)
             return False
     if not rows:
         return False
     write_deltalake(location, pa.Table.from_pylist(list(rows), schema=history_schema()), mode="append",
-                    commit_properties=CommitProperties(app_transactions=[Transaction(app_id, version)]),
+                    schema_mode="merge", commit_properties=CommitProperties(app_transactions=[Transaction(app_id, version)]),
                     storage_options=options)
     return True
 

@@ -93,14 +93,18 @@ class StateTable:
                 raise
             return False
 
-    def merge(self, rows: pa.Table, predicate: str, clauses: Callable[[TableMerger], TableMerger]) -> dict[str, Any]:
-        """MERGE ``rows`` (alias ``s``) into the table (alias ``t``); return Delta's metrics."""
+    def merge(self, rows: pa.Table, predicate: str, clauses: Callable[[TableMerger], TableMerger], *,
+              merge_schema: bool = False) -> dict[str, Any]:
+        """MERGE ``rows`` (alias ``s``) into the table (alias ``t``); return Delta's metrics.
+        ``merge_schema`` adds the columns the clauses write that the table lacks (a table an
+        older spark-flow created)."""
 
         def attempt() -> dict[str, Any]:
             table = self.open()
             if table is None:
                 raise FileNotFoundError(f"no Delta table at {self.location}")
-            merger = table.merge(rows, predicate=predicate, source_alias="s", target_alias="t")
+            merger = table.merge(rows, predicate=predicate, source_alias="s", target_alias="t",
+                                 merge_schema=merge_schema)
             return clauses(merger).execute()
 
         return retry_commit(attempt)

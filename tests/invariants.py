@@ -11,8 +11,8 @@ def assert_transitions_follow_thresholds(transitions: list[dict[str, object]]) -
     has every configured measure under its resume threshold, with the thresholds then in force."""
     assert transitions
     for row in transitions:
-        thresholds = Thresholds(row["stop_count"], row["resume_count"], row["stop_size"], row["resume_size"])
+        thresholds, age = Thresholds.from_row(row), row.get("depth_age") or 0.0
         if row["flow_stopped"]:
-            assert thresholds.exceeded(row["depth_count"], row["depth_size"]), row
+            assert thresholds.exceeded(row["depth_count"], row["depth_size"], age), row
         else:
-            assert thresholds.relieved(row["depth_count"], row["depth_size"]), row
+            assert thresholds.relieved(row["depth_count"], row["depth_size"], age), row

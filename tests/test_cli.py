@@ -52,10 +52,11 @@ def test_commands_are_appended_in_order(home: str, capsys: pytest.CaptureFixture
     (["set", "orders.eu", "resumeCount=9"], "resumeCount='9' is not valid: allowed is a value <= flow.stopCount=5"),
     (["set", "orders.eu", "stopCount"], "KEY=VALUE='stopCount' is not valid"),
     (["set", "orders.eu", "stopCuont=3"], "Did you mean 'stopCount'"),
+    (["set", "orders.eu", "stopAge=5s", "resumeAge=10s"], "resumeAge='10s' is not valid: allowed is a value <= stopAge=5s"),
     (["stop-producers", "payments"], "queue 'payments' not found: no registered queue matches"),
     (["subscriptions", "payments"], "queue 'payments' not found: not registered"),
     (["plot", "orders.eu"], "has no samples of subscription 'default' yet"),
-], ids=["not-a-number", "resume-above-stop", "no-value", "unknown-key", "unknown-queue", "unknown-queue-subs",
+], ids=["not-a-number", "resume-above-stop", "no-value", "unknown-key", "age-resume-above-stop", "unknown-queue", "unknown-queue-subs",
         "plot-no-history"])
 def test_bad_input_one_line_error_and_nothing_written(home: str, argv: list[str], message: str,
                                                       capsys: pytest.CaptureFixture[str]) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
@@ -114,6 +115,25 @@ def test_stop_count_and_size_both_zero_disable_the_queue() -> None:
 
 def test_resume_defaults_to_stop() -> None:
     assert queue_settings("q", {"flow.stopCount": "10"}).thresholds == Thresholds(stop_count=10, resume_count=10)
+
+
+def test_backlog_age_thresholds_are_durations_with_no_default() -> None:
+    """stopAge / resumeAge as Spark durations (a plain number is milliseconds); a resume of 0
+    means the stop; the maxima and default percentages give no age threshold."""
+    assert queue_settings("q", {"flow.stopAge": "2 min", "flow.resumeAge": "30s"}).thresholds == Thresholds(
+        stop_age=120.0, resume_age=30.0)
+    assert queue_settings("q", {"flow.stopAge": "1500"}).thresholds == Thresholds(stop_age=1.5, resume_age=1.5)
+    with_max = queue_settings("q", {"flow.maxCount": "1000", "flow.stopAge": "1h"}).thresholds
+    assert with_max == Thresholds(800, 700, stop_age=3600.0, resume_age=3600.0)
+    assert not queue_settings("q", {"flow.stopAge": "0", "flow.resumeAge": "10s"}).thresholds.enabled
+    assert queue_settings("q", {"flow.stopAge": "1s"}).thresholds.enabled
+
+
+@pytest.mark.parametrize("value", ["-5s", "soon", "5 parsecs", "true"])
+def test_a_bad_age_names_the_key_the_value_and_what_is_allowed(value: str) -> None:
+    with pytest.raises(ConfigurationError, match=re.escape(f"flow.stopAge={value!r} is not valid: allowed is a "
+                                                           "duration such as 500ms, 5s, 2min, 1h")):
+        queue_settings("q", {"flow.stopAge": value})
 
 
 def test_a_stop_above_the_max_names_both_keys() -> None:
@@ -282,6 +302,7 @@ def test_other_spark_conf_and_table_properties_are_ignored() -> None:
         (({"flow.stopCount": "5", "flow.resumeCount": "3"}, {"resumeCount": "7"}), ("resumeCount", "flow.stopCount=5")),
         (({"flow.defaultStopThreshold": "60", "flow.defaultResumeThreshold": "70"},),
          ("flow.defaultResumeThreshold", "flow.defaultStopThreshold=60")),
+        (({"flow.stopAge": "30s"}, {"resumeAge": "5 min"}), ("resumeAge='300s'", "flow.stopAge=30s")),
     ],
 )
 def test_resume_above_stop_names_both_keys(layers: tuple, keys: tuple[str, str]) -> None:

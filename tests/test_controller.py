@@ -39,6 +39,23 @@ def events(rows: list[dict[str, object]]) -> list[tuple[object, object]]:
 
 
 class TestStep:
+    def test_the_oldest_message_older_than_stop_age_turns_flow_on(self) -> None:
+        """The age is the observation's time less the oldest message's enqueue time; it resumes
+        when a younger message is the oldest (the older ones acknowledged)."""
+        ages = {"stop_age": 3.0, "resume_age": 1.0}
+        state, rows = step(ControllerState(), observation(depth_count=2, oldest_enqueue=7_000, **ages))
+        assert not state.flow_stopped, "3 s old is not older than 3 s"
+        state, rows = step(state, observation(depth_count=2, oldest_enqueue=7_000, observed_at=10_500, **ages))
+        assert (state.flow_stopped, state.flow_stopped_count) == (True, 1)
+        assert events(rows) == [("stopped", "controller")]
+        assert (rows[0]["stop_age"], rows[0]["resume_age"]) == (3.0, 1.0)
+        state, _ = step(state, observation(depth_count=1, oldest_enqueue=9_600, observed_at=10_600,
+                                           recorded_stopped=True, recorded_count=1, **ages))
+        assert state.flow_stopped, "1 s old is not younger than 1 s"
+        state, rows = step(state, observation(depth_count=1, oldest_enqueue=10_000, observed_at=10_700,
+                                              recorded_stopped=True, recorded_count=1, **ages))
+        assert (state.flow_stopped, state.flow_stopped_count) == (False, 1)
+
     def test_depth_above_stop_turns_flow_on_and_counts_it(self) -> None:
         state, rows = step(ControllerState(), observation(depth_count=6))
         assert (state.flow_stopped, state.flow_stopped_count) == (True, 1)

@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 
 import pytest
+from invariants import assert_transitions_follow_thresholds
 from pyspark.sql import SparkSession
 from streams import drain, is_held, start_consumer, start_producer, wait_until
 
@@ -142,3 +143,36 @@ def test_gated_source_propagates_backpressure_up_a_chain(spark: SparkSession, tm
     delivered = spark.read.format("delta").load(str(tmp_path / "out"))
     assert delivered.count() == spark.read.format("delta").load(a).count()
     assert delivered.groupBy("id").count().filter("count > 1").count() == 0
+
+
+def test_a_queue_held_by_the_age_of_its_oldest_message_and_released_by_age(spark: SparkSession,
+                                                                             tmp_path: Path) -> None:
+    """stopAge 3s / resumeAge 1s, no count or size limit, no consumer: the producer is held once
+    the oldest message has waited over 3 s, however few messages wait, and stays held; a
+    consumer acknowledges them, the oldest waiting message is younger than 1 s, and the
+    producer goes on. The recorded transitions carry the ages that caused them."""
+    path = str(tmp_path / "q")
+    queue = declare(spark, path, SCHEMA, settings={"stopAge": "3s", "resumeAge": "1s"})
+    assert queue.settings().thresholds.stop_count == 0
+    producer, _ = start_producer(spark, path, tmp_path / "p", "p", 10)
+    try:
+        wait_until(lambda: is_held(producer) and queue.subscriptions.get("default").flow_stopped, 90)
+        held = queue.depths()["default"]
+        time.sleep(3)
+        assert queue.depths()["default"] == held and is_held(producer), "held: nothing more is enqueued"
+        assert held.count < 200, "few messages, held by their age"
+
+        consumer = start_consumer(spark, path, tmp_path / "c", tmp_path / "out")
+        wait_until(lambda: not queue.subscriptions.get("default").flow_stopped, 90)
+        wait_until(lambda: spark.read.format("delta").load(path).count() > held.count, 60)
+    finally:
+        producer.stop()
+    drain(queue)
+    consumer.stop()
+
+    stop, resume = queue.history.read()[:2]
+    assert (stop["flow_stopped"], stop["flow_stopped_count"], stop["stop_age"], stop["resume_age"]) == (
+        True, 1, 3.0, 1.0)
+    assert stop["depth_age"] > 3.0 and stop["depth_count"] <= held.count
+    assert (resume["flow_stopped"], resume["flow_stopped_count"]) == (False, 1) and resume["depth_age"] < 1.0
+    assert_transitions_follow_thresholds(queue.history.read())

@@ -3,6 +3,8 @@ written with deltalake (no Spark)."""
 
 from __future__ import annotations
 
+import shutil
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -68,3 +70,39 @@ def test_a_recreated_subscription_records_its_transitions_again(history: History
     history.record(state(True, 1), Depth(6, 0), THRESHOLDS)
     history.record(state(True, 1, created=datetime.now(UTC)), Depth(7, 0), THRESHOLDS)
     assert transitions(history) == [("default", True, 1, 6), ("default", True, 1, 7)]
+
+
+def test_tables_an_older_version_created_take_the_age_columns(tmp_path: Path) -> None:
+    """A queue history, a status and a controller history table without the age columns (as
+    spark-flow wrote them before stopAge): a transition, a status upsert and a history append
+    add the columns, and the old rows read them as null."""
+    from deltalake import DeltaTable, write_deltalake
+
+    from spark_flow.home import control_path
+    from spark_flow.status import append_history, write_status
+
+    def write_twice(location: str, write: Callable[[], object]) -> list[dict]:
+        """``write`` once into a table as an older version made it (no age columns), then again."""
+        write()
+        made = DeltaTable(location).to_pyarrow_table()
+        shutil.rmtree(location)
+        write_deltalake(location, made.drop_columns([c for c in made.column_names if "age" in c]))
+        write()
+        return DeltaTable(location).to_pyarrow_table().to_pylist()
+
+    queue_history = HistoryTable(str(tmp_path / "history"), "q")
+    rows = write_twice(queue_history.location, lambda: HistoryTable(queue_history.location, "q").record(
+        state(True, 1, created=datetime.now(UTC)), Depth(1, 10, 0), Thresholds(stop_age=3.0, resume_age=1.0)))
+    assert sorted((r["stop_age"] or 0, r["depth_age"] is None) for r in rows) == [(0, True), (3.0, False)]
+
+    home = str(tmp_path / "home")
+    row = {"time": CREATED, "queue": "q", "subscription": "default", "event": "sample", "depth_count": 1,
+           "flow_stopped": True, "flow_stopped_count": 1, "stop_age": 3.0, "resume_age": 1.0,
+           "oldest_message_age_seconds": 4.5, "updated_at": CREATED}
+    status = write_twice(control_path(home, "status"), lambda: write_status(home, [row], []))
+    assert [(r["stop_age"], r["oldest_message_age_seconds"]) for r in status] == [(3.0, 4.5)]
+    versions = iter(range(2))
+    history = write_twice(control_path(home, "history"),
+                          lambda: append_history(home, [{k: v for k, v in row.items() if k != "updated_at"}],
+                                                 "controller", next(versions)))
+    assert sorted((r["stop_age"] or 0, r["oldest_message_age_seconds"] or 0) for r in history) == [(0, 0), (3.0, 4.5)]

@@ -38,3 +38,18 @@ def test_depth_points_merge_samples_and_transitions_in_time_order() -> None:
         (5, 1, True),  # resumed, but an operator's stop still holds the producers
         (6, 0, False)]
     assert {(p.stop_count, p.resume_count) for p in points} == {(5, 2)}
+
+
+def test_an_age_limited_queue_plots_the_oldest_message_age_on_a_second_axis(tmp_path: Path) -> None:
+    """Samples carry the oldest message's age (the controller's) or the age at a transition (the
+    queue's history): both become points, drawn against stopAge / resumeAge."""
+    ages = {"stop_age": 3.0, "resume_age": 1.0}
+    samples = [at(0, 1, False, oldest_message_age_seconds=0.5, **ages),
+               at(4, 2, True, oldest_message_age_seconds=4.0, **ages)]
+    points = depth_points(samples, [at(3, 1, True, depth_age=3.1, **ages)])
+    assert [(p.seconds, p.age, p.stop_age, p.resume_age) for p in points] == [
+        (0, 0.5, 3.0, 1.0), (3, 3.1, 3.0, 1.0), (4, 4.0, 3.0, 1.0)]
+    plain = plot_depth([Sample(0, 1, False, 5, 2), Sample(4, 2, True, 5, 2)], None, tmp_path / "plain.png")
+    aged = plot_depth(points, None, tmp_path / "aged.png")
+    assert aged.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert aged.stat().st_size > plain.stat().st_size  # the age line, its thresholds and a second axis

@@ -4,6 +4,7 @@ once Spark has completed them."""
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -16,6 +17,7 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
+from streams import wait_until
 
 from spark_flow.ledger import Depth
 from spark_flow.queue import Queue, declare
@@ -116,6 +118,69 @@ def test_max_records_per_trigger(spark: SparkSession, queue: Queue, tmp_path: Pa
     assert rows == [20, 20, 10, 30]
     assert out.count() == 80
     assert queue.subscriptions.get("default").position == last
+
+
+def enqueue(spark: SparkSession, queue: Queue, first: int, count: int) -> None:
+    """One sink commit of messages of exactly 100 bytes each (an 8-byte id, a 92-byte body)."""
+    rows = [(i, f"{i:092d}") for i in range(first, first + count)]
+    QueueSink(queue.path, app_id="bytes")(spark.createDataFrame(rows, SCHEMA), first)
+
+
+def test_max_bytes_per_trigger(spark: SparkSession, queue: Queue, tmp_path: Path) -> None:
+    """Commits of 300, 300, 200, 1500 and 100 bytes: with a limit of 700 bytes each batch is whole
+    commits within it, and the 1500-byte commit comes alone. With a Spark-style ``1k`` and
+    ``maxRecordsPerTrigger`` 5 too, a batch stays within both."""
+    for first, count in ((0, 3), (3, 3), (6, 2), (8, 15), (23, 1)):
+        enqueue(spark, queue, first, count)
+
+    seen = consume_batches(read_queue(spark, queue.path, maxBytesPerTrigger=700), tmp_path / "c1")
+    assert [100 * len(ids) for _batch, ids in seen] == [600, 200, 1500, 100]
+    assert [i for _batch, ids in seen for i in ids] == list(range(24))
+
+    queue.create_subscription("both", "earliest")
+    stream = read_queue(spark, queue.path, subscription="both", maxBytesPerTrigger="1k", maxRecordsPerTrigger=5)
+    assert [len(ids) for _batch, ids in consume_batches(stream, tmp_path / "c2")] == [3, 5, 15, 1]
+    assert queue.depths() == {"default": Depth(0, 0), "both": Depth(0, 0)}
+
+
+def test_min_records_per_trigger_waits_at_most_max_trigger_delay(spark: SparkSession, queue: Queue,
+                                                                  tmp_path: Path) -> None:
+    """minRecordsPerTrigger 10, maxTriggerDelay 6s: 10 waiting messages are read at once; 3 wait
+    until 6 s after the last batch, no longer; 12 arriving after that are read at once again."""
+    delay = 6.0
+    batches: list[tuple[float, int]] = []
+
+    def batch_function(batch: DataFrame, _batch_id: int) -> None:
+        batches.append((time.monotonic(), batch.count()))
+
+    append(spark, queue, 0, 10)
+    stream = read_queue(spark, queue.path, minRecordsPerTrigger=10, maxTriggerDelay=f"{delay:g}s")
+    query = (stream.writeStream.foreachBatch(batch_function).option("checkpointLocation", str(tmp_path / "chk"))
+             .trigger(processingTime="200 milliseconds").start())
+    try:
+        wait_until(lambda: len(batches) == 1, TIMEOUT)
+        append(spark, queue, 10, 3)
+        wait_until(lambda: len(batches) == 2, TIMEOUT)
+        sent = time.monotonic()
+        append(spark, queue, 13, 12)
+        wait_until(lambda: len(batches) == 3, TIMEOUT)
+    finally:
+        query.stop()
+    (first, ten), (second, three), (third, twelve) = batches
+    assert (ten, three, twelve) == (10, 3, 12)
+    assert delay - 1.0 <= second - first <= delay + 5.0, "3 messages wait for maxTriggerDelay, no longer"
+    assert third - sent < delay - 1.0, "12 messages are read without waiting"
+
+
+def test_min_records_per_trigger_not_waited_for_under_available_now(spark: SparkSession, queue: Queue,
+                                                                    tmp_path: Path) -> None:
+    """Trigger.AvailableNow ends at the queue's end as it was at the start: no more messages can
+    come, so a minimum is not waited for (the default maxTriggerDelay is 15 minutes)."""
+    append(spark, queue, 0, 3)
+    started = time.monotonic()
+    _query, out = consume(read_queue(spark, queue.path, minRecordsPerTrigger=1000), tmp_path / "chk")
+    assert out.count() == 3
+    assert time.monotonic() - started < 60
 
 
 def test_two_subscriptions_read_independently(spark: SparkSession, queue: Queue, tmp_path: Path) -> None:

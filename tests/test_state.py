@@ -89,6 +89,22 @@ def test_threshold_change_applies_from_the_next_observation() -> None:
     assert not on.observe(Thresholds(stop_count=200, resume_count=130), 120, 0).flow_stopped
 
 
+def test_backlog_age_stops_and_all_measures_must_resume() -> None:
+    """Pulsar's backlog quota limitTime as a third measure: ON when the oldest message is older
+    than stop_age (strictly), OFF only when it is younger than resume_age and the count is under
+    its resume too (either stops, all resume)."""
+    thresholds = Thresholds(stop_count=100, resume_count=50, stop_age=30.0, resume_age=10.0)
+    assert not FlowState().observe(thresholds, 5, 0, 30.0).flow_stopped
+    by_age = FlowState().observe(thresholds, 5, 0, 30.5)
+    assert by_age == FlowState(True, 1)
+    assert by_age.observe(thresholds, 5, 0, 10.0).flow_stopped  # not younger than 10 s
+    assert not by_age.observe(thresholds, 5, 0, 9.9).flow_stopped
+    by_count = FlowState().observe(thresholds, 101, 0, 0.0)
+    assert by_count.observe(thresholds, 60, 0, 0.0).flow_stopped  # young, but 60 is not under 50
+    assert not by_count.observe(thresholds, 49, 0, 0.0).flow_stopped
+    assert FlowState().observe(Thresholds(stop_count=100, resume_count=50), 5, 0, 10**6) == FlowState()
+
+
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
@@ -96,6 +112,8 @@ def test_threshold_change_applies_from_the_next_observation() -> None:
         ({"stop_size": 5, "resume_size": 7}, "resume_size=7 is above stop_size=5"),
         ({"stop_count": -1}, r"stop_count=-1 is not valid: allowed is an integer >= 0"),
         ({"stop_count": 1.5}, r"stop_count=1.5 is not valid"),
+        ({"stop_age": 5.0, "resume_age": 7.0}, "resume_age=7.0 is above stop_age=5.0"),
+        ({"stop_age": -1.0}, r"stop_age=-1.0 is not valid: allowed is a number of seconds >= 0"),
     ],
 )
 def test_invalid_thresholds(kwargs: dict, match: str) -> None:

@@ -1,0 +1,68 @@
+"""The flowqueue source's read limits over whole commits, decision by decision (no Spark: the
+end-to-end runs are in test_source.py)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, ReadMaxRows, ReadMinRows
+
+from spark_flow.admission import ReadLimits
+from spark_flow.ledger import Commit
+
+
+def commits(*sizes: tuple[int, int], first: int = 1) -> list[Commit]:
+    """Commits of (count, size) from version ``first`` on."""
+    return [Commit(first + i, 0, count, size) for i, (count, size) in enumerate(sizes)]
+
+
+@pytest.mark.parametrize(
+    ("limits", "expected"),
+    [
+        pytest.param(ReadLimits(max_records=5), 2, id="rows: 3 + 2"),
+        pytest.param(ReadLimits(max_bytes=250), 1, id="bytes: 200, the next would pass 250"),
+        pytest.param(ReadLimits(max_bytes=100), 1, id="one commit over the limit comes alone"),
+        pytest.param(ReadLimits(max_records=100, max_bytes=700), 3, id="within both"),
+        pytest.param(ReadLimits(max_records=4, max_bytes=10_000), 1, id="the tighter one decides"),
+    ],
+)
+def test_maxima_take_whole_commits(limits: ReadLimits, expected: int) -> None:
+    waiting = commits((3, 200), (2, 100), (4, 400), (1, 50))
+    assert limits.end(waiting, 0.0, limits.spark_limit()) == expected
+
+
+def test_commits_without_messages_do_not_count_as_the_first() -> None:
+    """A property change or a purge (no messages) before a large commit: the large one still
+    comes, so the batch is never empty of messages while messages wait."""
+    waiting = commits((0, 0), (10, 1000), (1, 10))
+    assert ReadLimits(max_records=5).end(waiting, 0.0, ReadMaxRows(5)) == 2
+
+
+def test_minimum_waits_at_most_the_delay() -> None:
+    limits = ReadLimits(min_records=10, max_trigger_delay=5.0)
+    waiting = commits((3, 30), (4, 40))
+    assert limits.end(waiting, 4.9, ReadMinRows(10)) is None
+    assert limits.end(waiting, 5.0, ReadMinRows(10)) == 2
+    assert limits.end(waiting + commits((3, 30), first=3), 0.0, ReadMinRows(10)) == 3
+    assert limits.end(waiting, math.inf, ReadMinRows(10)) == 2  # Trigger.AvailableNow: nothing more comes
+
+
+def test_minimum_then_maximum() -> None:
+    """Kafka's order: the minimum decides whether a batch runs, the maximum how far it goes."""
+    limits = ReadLimits(max_records=4, min_records=6)
+    assert limits.end(commits((3, 0), (2, 0)), 0.0, ReadMaxRows(4)) is None
+    assert limits.end(commits((3, 0), (2, 0), (1, 0)), 0.0, ReadMaxRows(4)) == 1
+
+
+def test_all_available_and_nothing_waiting() -> None:
+    limits = ReadLimits(max_records=1, min_records=100)
+    assert limits.end(commits((3, 0), (2, 0)), 0.0, ReadAllAvailable()) == 2  # Trigger.Once
+    assert limits.end([], 0.0, ReadMaxRows(1)) is None
+
+
+def test_spark_is_given_the_first_limit_set() -> None:
+    assert ReadLimits().spark_limit() == ReadAllAvailable()
+    assert ReadLimits(max_records=5, max_bytes=9).spark_limit() == ReadMaxRows(5)
+    assert ReadLimits(max_bytes=9, min_records=2).spark_limit() == ReadMaxBytes(9)
+    assert ReadLimits(min_records=2).spark_limit() == ReadMinRows(2)
