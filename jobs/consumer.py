@@ -52,6 +52,7 @@ from _common import (
 from spark_flow import Queue, open_queue, read_queue
 from spark_flow.config import check_conf
 from spark_flow.queue import queue_location
+from spark_flow.storage import session_storage_options
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -115,7 +116,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
     spark = start_session(f"spark-flow-consumer-{args.subscription}", args.verbose,  # a bad spark.flow.* conf fails here
                           check=check_conf)
-    queue = open_queue(queue_location(spark, args.queue))
+    queue = open_queue(queue_location(spark, args.queue), session_storage_options(spark))
     queue.settings()  # the queue's recorded settings must hold
 
     options: dict[str, object] = {"startingPosition": args.starting_position}

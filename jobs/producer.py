@@ -54,11 +54,12 @@ from _common import (
     start_session,
 )
 
-from spark_flow import HoldInterruptedError, QueueNotFoundError, QueueSink, declare, open_queue, read_queue
+from spark_flow import HoldInterruptedError, Queue, QueueNotFoundError, QueueSink, declare, open_queue, read_queue
 from spark_flow.config import ON_FULL, check_conf, producer_settings, session_flow_conf
 from spark_flow.names import queue_name
 from spark_flow.queue import queue_location
 from spark_flow.sink import conform
+from spark_flow.storage import session_storage_options
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -150,10 +151,10 @@ class ProgressSink:
     """QueueSink plus one progress line per batch, printed after the sink returns (the driver
     runs foreachBatch, so the line is the sink's own report, ``QueueSink.last``)."""
 
-    def __init__(self, sink: QueueSink, queue: str, location: str, producer: str) -> None:
+    def __init__(self, sink: QueueSink, queue: str, handle: Queue, producer: str) -> None:
         self.sink = sink
         self.queue = queue
-        self.location = location
+        self.handle = handle
         self.producer = producer
         self.batches = 0
         self.enqueued = 0
@@ -183,7 +184,8 @@ class ProgressSink:
         complete, and its missing rows are enqueued when the job restarts from its checkpoint.
         Its line is the queue's state as the queue's log and subscriptions table have it."""
         self.interrupted += 1
-        queue = open_queue(self.location)
+        queue = self.handle
+        queue.refresh()
         depth = max(queue.depths().values(), key=lambda d: (d.count, d.size))
         subs = queue.subscriptions.list()
         emit(f"producer={self.producer} queue={queue.name} batch={batch_id} enqueued=partial "
@@ -227,7 +229,7 @@ def declared_schema(spark: SparkSession, args: argparse.Namespace) -> str | Stru
     if args.schema:
         return args.schema
     if args.source == "queue":
-        upstream = open_queue(queue_location(spark, args.from_queue))
+        upstream = open_queue(queue_location(spark, args.from_queue), session_storage_options(spark))
         schema = spark.read.format("delta").load(upstream.path).schema
         return StructType([f for f in schema.fields if f.name not in SOURCE_COLUMNS])
     return MESSAGE_SCHEMA
@@ -241,7 +243,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     conf = session_flow_conf(spark)
 
     try:
-        queue = open_queue(queue_location(spark, args.queue))
+        queue = open_queue(queue_location(spark, args.queue), session_storage_options(spark))
         created = False
     except QueueNotFoundError:
         queue = declare(spark, args.queue, declared_schema(spark, args))
@@ -260,7 +262,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     checkpoint = args.checkpoint or posixpath.join(queue.state_location, "checkpoints", f"producer-{args.name}")
     name = f"producer_{args.name}"
-    sink = ProgressSink(QueueSink(args.queue, options=options, query_name=name), args.queue, queue.path, args.name)
+    sink = ProgressSink(QueueSink(args.queue, options=options, query_name=name), args.queue, queue, args.name)
     trigger = {"availableNow": True} if args.available_now else {"processingTime": args.trigger}
     query = (messages.writeStream.foreachBatch(sink).queryName(name)
              .option("checkpointLocation", checkpoint).trigger(**trigger).start())

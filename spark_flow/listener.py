@@ -8,6 +8,7 @@ runs), consumers by their ``flowqueue`` offsets, which name the queue and subscr
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from pyspark.sql.streaming import StreamingQueryListener
@@ -15,6 +16,7 @@ from pyspark.sql.streaming import StreamingQueryListener
 from spark_flow.queue import open_queue
 from spark_flow.sink import SINKS
 from spark_flow.source import flowqueue_offset
+from spark_flow.storage import session_storage_options
 
 log = logging.getLogger("spark_flow.listener")
 
@@ -45,10 +47,19 @@ class FlowProgressListener(StreamingQueryListener):
     >>> listener = FlowProgressListener()
     >>> spark.streams.addListener(listener)
     >>> listener.progress[str(query.id)]   # [FlowProgress(role='producer', queue='events', ...)]
+
+    ``storage_options`` (deltalake's, for queues on object storage) default to those of the
+    session active when the listener is made.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, storage_options: Mapping[str, str] | None = None) -> None:
         self.progress: dict[str, list[FlowProgress]] = {}
+        if storage_options is None:
+            from pyspark.sql import SparkSession
+
+            spark = SparkSession.getActiveSession()
+            storage_options = session_storage_options(spark) if spark is not None else {}
+        self.storage_options = dict(storage_options)
 
     def onQueryStarted(self, event: object) -> None:
         """Nothing is known before the first batch."""
@@ -72,7 +83,7 @@ class FlowProgressListener(StreamingQueryListener):
         for source in progress.sources:
             offset = flowqueue_offset(source.endOffset)
             if offset is not None:
-                queue = open_queue(offset["queue"])
+                queue = open_queue(offset["queue"], self.storage_options)
                 depth = queue.depth(offset["subscription"])
                 sub = queue.subscriptions.get(offset["subscription"])
                 found.append(FlowProgress(query_id, name, "consumer", queue.name, sub.name, batch_id, depth.count,

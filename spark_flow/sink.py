@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from functools import reduce
 from typing import TYPE_CHECKING, Any
 
-from spark_flow.config import producer_settings, session_flow_conf, split_options
+from spark_flow.config import flow_conf, producer_settings, split_options
 from spark_flow.exceptions import (
     ConfigurationError,
     FlowControlError,
@@ -37,6 +37,7 @@ from spark_flow.ledger import METADATA_KEY, Depth
 from spark_flow.queue import Queue, open_queue, queue_location
 from spark_flow.session import is_connect, streaming_query
 from spark_flow.source import flowqueue_offset
+from spark_flow.storage import storage_options
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -210,6 +211,7 @@ class QueueSink:
         self.last: dict[str, BatchReport] = {}
         self._gates: dict[str, Gate] = {}  # by destination, made at its first batch
         self._session_conf: dict[str, str] | None = None
+        self._storage: dict[str, str] = {}  # deltalake storage options, from the session's conf
         self._consumed: list[tuple[str, str]] | None = None  # (queue, subscription) the query reads
         self._downstream: set[str] = set()  # destinations recorded as their downstream
         self._held: dict[str, float] = {}  # seconds the current batch was held, per queue path
@@ -243,9 +245,11 @@ class QueueSink:
         other processes judge it with them)."""
         if dest not in self._gates:
             if self._session_conf is None:
-                self._session_conf = session_flow_conf(spark)
+                session = dict(spark.conf.getAll)
+                self._session_conf = flow_conf(session)
+                self._storage = storage_options({**session, **self.conf})
             conf = {**self._session_conf, **self.conf}
-            queue = open_queue(queue_location(spark, dest))
+            queue = open_queue(queue_location(spark, dest), self._storage)
             queue.record_conf(conf)
             self._gates[dest] = Gate(queue, producer_settings(queue.name, self.options, conf))
         return self._gates[dest]
@@ -262,7 +266,7 @@ class QueueSink:
             if self._consumed is None:
                 return
         for path, subscription in self._consumed:
-            open_queue(path).subscriptions.add_downstream(subscription, new)
+            open_queue(path, self._storage).subscriptions.add_downstream(subscription, new)
         self._downstream.update(new)
 
     def _check(self, parts: Mapping[str, DataFrame], gates: Mapping[str, Gate]) -> dict[str, DataFrame]:
