@@ -20,6 +20,7 @@ import itertools
 import json
 import logging
 import math
+import posixpath
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -38,6 +39,8 @@ from spark_flow.queue import Queue, open_queue, queue_location
 from spark_flow.session import is_connect, streaming_query
 from spark_flow.source import flowqueue_offset
 from spark_flow.storage import storage_options
+from spark_flow.subscriptions import PROCESS
+from spark_flow.writers import WriterClaim, needs_claim
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -212,6 +215,8 @@ class QueueSink:
         self._gates: dict[str, Gate] = {}  # by destination, made at its first batch
         self._session_conf: dict[str, str] | None = None
         self._storage: dict[str, str] = {}  # deltalake storage options, from the session's conf
+        self._delta_conf: dict[str, str] = {}  # the session's LogStore settings and application id
+        self._claims: dict[str, WriterClaim] = {}  # by queue path: queues one application may write
         self._consumed: list[tuple[str, str]] | None = None  # (queue, subscription) the query reads
         self._downstream: set[str] = set()  # destinations recorded as their downstream
         self._held: dict[str, float] = {}  # seconds the current batch was held, per queue path
@@ -248,8 +253,14 @@ class QueueSink:
                 session = dict(spark.conf.getAll)
                 self._session_conf = flow_conf(session)
                 self._storage = storage_options({**session, **self.conf})
+                self._delta_conf = {k: v for k, v in session.items() if k.startswith(("spark.delta.", "spark.app.id"))}
             conf = {**self._session_conf, **self.conf}
             queue = open_queue(queue_location(spark, dest), self._storage)
+            if needs_claim(queue.path, self._delta_conf):  # before this application writes anything there
+                self._claims[queue.path] = WriterClaim(
+                    posixpath.join(queue.state_location, "writers"), queue.name, queue.path,
+                    self._delta_conf.get("spark.app.id") or PROCESS, self._storage)
+                self._claims[queue.path].hold()
             queue.record_conf(conf)
             self._gates[dest] = Gate(queue, producer_settings(queue.name, self.options, conf))
         return self._gates[dest]
@@ -387,13 +398,15 @@ class QueueSink:
                               f"{error.detail}; {written} of the {count} messages of batch {batch_id} are in queue "
                               f"{error.queue!r}; a restart of the query writes the other {count - written}") from error
 
-    @staticmethod
-    def _write(rows: DataFrame, queue: Queue, app_id: str, txn_version: int, count: int, size: int,
+    def _write(self, rows: DataFrame, queue: Queue, app_id: str, txn_version: int, count: int, size: int,
                batch_id: int) -> None:
         """Append rows as one idempotent commit. A metadata commit on the queue at the same time
         (ALTER TBLPROPERTIES, a declare, a process recording its conf's settings) fails the append
         with Delta's MetadataChangedException; the append is tried again, and its ``txnVersion``
-        makes sure it is written once."""
+        makes sure it is written once. On storage where only one application may write the
+        queue, this application's claim is renewed first."""
+        if queue.path in self._claims:
+            self._claims[queue.path].hold()
         conflicts = _commit_conflicts(rows.sparkSession)
         metadata = {METADATA_KEY: {"count": int(count), "size": int(size), "producer": app_id, "batch": batch_id}}
         writer = (rows.write.format("delta").mode("append").option("txnAppId", app_id)
