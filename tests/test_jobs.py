@@ -110,9 +110,11 @@ def test_producer_is_held_then_the_consumer_drains_the_queue(store: Store) -> No
     assert (row["stop_count"], row["resume_count"], row["depth_count"]) == (STOP, RESUME, enqueued.num_rows)
     assert row["flow_stopped"] and row["flow_stopped_count"] == default.flow_stopped_count
 
+    # locally the consumer restarts from its checkpoint too (on object storage the producer's
+    # restart shows it: every JVM there costs about a minute on the 2-core machine)
     consumers = [spark_submit("consumer", "--queue", path, "--output", output, "--max-records-per-trigger", "10",
                               "--rows-per-second", "50", "--trigger", "500ms", *until, conf=conf)
-                 for until in (["--run-seconds", "3"], ["--until-empty"])]  # the second restarts from the checkpoint
+                 for until in ([["--run-seconds", "3"]] if store.kind == "local" else []) + [["--until-empty"]]]
     for consumer in consumers:
         assert consumer.returncode == 0, failure(consumer)
     lines = [line for run in consumers for line in progress(run.stdout, "consumer")]

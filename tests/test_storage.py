@@ -4,6 +4,7 @@ and Azure Blob servers with them (the state tables and the CLI, which have no Sp
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -104,3 +105,28 @@ def test_state_tables_and_the_cli_reach_object_storage(store: Store, tmp_path: P
     assert failed.returncode == 2 and "KEY=VALUE='***'" in failed.stderr, failed.stderr
     for secret in store.secrets:
         assert secret not in failed.stdout + failed.stderr
+
+
+@pytest.mark.parametrize("store", ["s3"], indirect=True)
+def test_readme_cli_on_object_storage_as_written(store: Store, s3_server: str, tmp_path: Path) -> None:
+    """The README's CLI lines for a home on S3, run as written against the suite's S3 server (its
+    endpoint, this test's bucket folder, a properties file with the S3A settings)."""
+    from test_readme import BIN, bash_blocks
+
+    [commands] = bash_blocks("Clusters and object storage")
+    (tmp_path / "my-s3.conf").write_text("".join(f"{key} {value}\n" for key, value in store.conf.items()))
+    FlowAdmin(store.url("home"), store.options).registry.register("events", store.url("queues", "events"))
+    # keys not given as options come from deltalake's own defaults: here the environment
+    env = {**os.environ, "AWS_ACCESS_KEY_ID": "spark-flow-tests", "AWS_SECRET_ACCESS_KEY": S3_SECRET,
+           "AWS_REGION": "us-east-1"}
+    outputs = []
+    for words in commands:
+        words = [w.replace("s3a://flow/home", store.url("home")).replace("http://127.0.0.1:9000", s3_server)
+                 for w in words]
+        result = subprocess.run([str(BIN / words[0]), *words[1:]], cwd=tmp_path, capture_output=True, text=True,
+                                timeout=120, check=False, env=env)
+        assert result.returncode == 0, result.stderr
+        outputs.append(result.stdout + result.stderr)
+    assert "(none)" in outputs[0]  # no controller has written a status yet
+    assert [c.command for c in FlowAdmin(store.url("home"), store.options).commands.read()] == ["stop-producers"]
+    assert S3_SECRET not in "".join(outputs)

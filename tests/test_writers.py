@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 from _common import start_job
@@ -57,36 +58,36 @@ def _as_process(process: str) -> tuple:
 
 @pytest.mark.e2e
 @pytest.mark.parametrize("store", ["s3"], indirect=True)
-def test_a_second_producer_application_is_refused_before_it_writes(store: Store) -> None:
+def test_a_second_producer_application_is_refused_before_it_writes(store: Store, tmp_path: Path) -> None:
+    """Two producer applications on one S3 queue: the second starts once the first has declared
+    the queue, and whichever claims it second is refused at its first batch, before it writes;
+    the queue holds the other's messages only, each once, every batch it completed."""
     path = store.url("queues", "events")
     conf = {**store.conf, "spark.flow.stopCount": "100000"}
-    with start_job("producer", "--queue", path, "--name", "first", "--rate", "20", "--trigger", "1s",
-                   "--run-seconds", "300", conf=conf, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                   start_new_session=True) as first:
+    errors = tmp_path / "first.err"
+    with errors.open("w") as err, start_job(
+            "producer", "--queue", path, "--name", "first", "--rate", "20", "--trigger", "1s", "--run-seconds", "300",
+            conf=conf, stdout=subprocess.PIPE, stderr=err, text=True, start_new_session=True) as first:
         try:
             deadline = time.monotonic() + 240
-            while not _rows(store, path) and time.monotonic() < deadline and first.poll() is None:
+            while not DeltaTable.is_deltatable(path, storage_options=store.options) and time.monotonic() < deadline:
+                assert first.poll() is None, errors.read_text()[-3000:]
                 time.sleep(1)
-            assert _rows(store, path), "the first application wrote nothing"
             second = spark_submit("producer", "--queue", path, "--name", "second", "--rate", "20",
-                                  "--run-seconds", "20", conf=conf)
+                                  "--trigger", "1s", "--run-seconds", "20", conf=conf)
         finally:
             os.killpg(first.pid, signal.SIGKILL)
             out, _ = first.communicate(timeout=120)
-    assert second.returncode != 0, failure(second)
-    message = second.stdout + second.stderr
-    assert "QueueWriterConflictError" in message or "is written by another Spark application" in message, failure(second)
+    refused = {"second": second.stdout + second.stderr, "first": out + errors.read_text()}
+    loser = "second" if second.returncode != 0 else "first"
+    winner = "first" if loser == "second" else "second"
+    message = refused[loser]
+    assert "is written by another Spark application" in message, failure(second)
     assert "spark.delta.logStore.s3a.impl" in message and "S3DynamoDBLogStore" in message, failure(second)
+    assert "is written by another Spark application" not in refused[winner]
     table = DeltaTable(path, storage_options=store.options).to_pyarrow_table(columns=["id", "producer"])
-    assert set(table.column("producer").to_pylist()) == {"first"}  # the second wrote nothing
+    assert set(table.column("producer").to_pylist()) == {winner}  # the refused one wrote nothing
     ids = table.column("id").to_pylist()
     assert len(ids) == len(set(ids))
-    enqueued = sum(int(line["enqueued"]) for line in progress(out, "producer") if line["enqueued"] != "partial")
-    assert enqueued <= len(ids)  # every batch the first application completed is in the queue
-
-
-def _rows(store: Store, path: str) -> int:
-    try:
-        return DeltaTable(path, storage_options=store.options).to_pyarrow_table(columns=["id"]).num_rows
-    except Exception:  # not created yet
-        return 0
+    lines = progress(out if winner == "first" else second.stdout, "producer")
+    assert sum(int(line["enqueued"]) for line in lines if line["enqueued"] != "partial") <= len(ids)
