@@ -6,13 +6,13 @@ it through ``deltalake``, which takes its endpoint and credentials as storage op
 are derived here, once, from the same conf, and ``spark.flow.storage.<deltalake key>`` sets
 any option explicitly (it wins). The options are passed to every ``deltalake`` call: to Python
 workers in the source's options, to the CLI from a properties file or ``--storage-option``.
-Secrets are shown only as ``***`` (:func:`redacted`).
+A message shows a secret's value only as ``***`` (:func:`secret_shown`).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from spark_flow.exceptions import ConfigurationError
@@ -130,16 +130,3 @@ def as_conf(options: Mapping[str, str]) -> dict[str, str]:
 def secret_shown(key: str, value: object) -> object:
     """A value as a message may show it: ``***`` when its key names a secret."""
     return "***" if _SECRET.search(key) else value
-
-
-def redacted(options: Mapping[str, str]) -> dict[str, str]:
-    """The options with every secret's value replaced by ``***``, for logs and messages."""
-    return {key: "***" if _SECRET.search(key) else value for key, value in options.items()}
-
-
-def hide(text: str, options: Mapping[str, str] | Iterable[str]) -> str:
-    """``text`` with the value of every secret in ``options`` replaced by ``***``."""
-    values = [v for k, v in options.items() if _SECRET.search(k)] if isinstance(options, Mapping) else list(options)
-    for value in sorted((v for v in values if len(v) >= 4), key=len, reverse=True):
-        text = text.replace(value, "***")
-    return text

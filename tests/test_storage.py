@@ -14,8 +14,9 @@ from stores import S3_SECRET, Store
 
 from spark_flow import ConfigurationError, FlowAdmin
 from spark_flow.cli import main as cli_main
+from spark_flow.cli import read_properties
 from spark_flow.config import check_conf, split_options
-from spark_flow.storage import as_conf, redacted, storage_options
+from spark_flow.storage import as_conf, storage_options
 from spark_flow.subscriptions import SubscriptionTable
 
 S3A = {
@@ -77,7 +78,6 @@ def test_a_misspelled_secret_key_is_named_without_its_value() -> None:
     with pytest.raises(ConfigurationError, match=r"spark\.flow\.storag\.aws_secret_access_key") as raised:
         check_conf({"spark.flow.storag.aws_secret_access_key": S3_SECRET})
     assert S3_SECRET not in str(raised.value)
-    assert redacted(storage_options(S3A))["aws_secret_access_key"] == "***"
 
 
 @pytest.mark.parametrize("store", ["s3", "abfs"], indirect=True)
@@ -130,3 +130,19 @@ def test_readme_cli_on_object_storage_as_written(store: Store, s3_server: str, t
     assert "(none)" in outputs[0]  # no controller has written a status yet
     assert [c.command for c in FlowAdmin(store.url("home"), store.options).commands.read()] == ["stop-producers"]
     assert S3_SECRET not in "".join(outputs)
+
+
+def test_object_storage_conf_is_spark_defaults_plus_the_file_systems() -> None:
+    from stores import OBJECT_STORAGE_CONF
+
+    defaults = read_properties(str(OBJECT_STORAGE_CONF.parent / "spark-defaults.conf"))
+    conf = read_properties(str(OBJECT_STORAGE_CONF))
+    assert {k: v for k, v in conf.items() if not k.startswith("spark.jars.")} == {
+        k: v for k, v in defaults.items() if not k.startswith("spark.jars.")}
+    packages, excludes = conf["spark.jars.packages"].split(","), conf["spark.jars.excludes"].split(",")
+    assert packages[0] == defaults["spark.jars.packages"]
+    assert {p.rsplit(":", 1)[0] for p in packages[1:]} == {
+        "org.apache.hadoop:hadoop-aws", "software.amazon.awssdk:s3", "software.amazon.awssdk:s3-transfer-manager",
+        "software.amazon.awssdk:sts", "org.apache.hadoop:hadoop-azure"}
+    assert excludes[:len(defaults["spark.jars.excludes"].split(","))] == defaults["spark.jars.excludes"].split(",")
+    assert "software.amazon.awssdk:bundle" in excludes
