@@ -403,14 +403,13 @@ class QueueSink:
         """Append rows as one idempotent commit. A metadata commit on the queue at the same time
         (ALTER TBLPROPERTIES, a declare, a process recording its conf's settings) fails the append
         with Delta's MetadataChangedException; the append is tried again, and its ``txnVersion``
-        makes sure it is written once. On storage where only one application may write the
-        queue, this application's claim is renewed first."""
-        if queue.path in self._claims:
-            self._claims[queue.path].hold()
+        makes sure it is written once."""
         conflicts = _commit_conflicts(rows.sparkSession)
         metadata = {METADATA_KEY: {"count": int(count), "size": int(size), "producer": app_id, "batch": batch_id}}
         writer = (rows.write.format("delta").mode("append").option("txnAppId", app_id)
                   .option("txnVersion", str(txn_version)).option("userMetadata", json.dumps(metadata)))
+        if queue.path in self._claims:  # only one application may write it: renew this one's claim
+            self._claims[queue.path].hold()
         for attempt in itertools.count():
             try:
                 writer.save(queue.path)
