@@ -1,5 +1,6 @@
 # One entry point for people and CI: `make demo`, `make test`. Each sets up what is missing
-# (virtualenv, the package and its test tools) and reuses it on the next run.
+# (virtualenv, the package and its test tools, the test suite's S3 server from PyPI and its
+# Azure Blob server from npm) and reuses it on the next run.
 PYTHON ?= python3.11
 VENV := .venv
 STAMP := $(VENV)/.installed
@@ -7,8 +8,10 @@ DEMO_DIR ?=
 
 .PHONY: demo test bench clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml package.json package-lock.json
 	@command -v java >/dev/null || { echo "Java 17 is needed (apt-get install openjdk-17-jre-headless)"; exit 1; }
+	@command -v npm >/dev/null || { echo "Node.js and npm are needed for the tests' Azure Blob server (apt-get install nodejs npm)"; exit 1; }
+	npm ci --no-audit --no-fund --loglevel=error
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
 	$(VENV)/bin/pip install --quiet -e '.[test]'
@@ -28,4 +31,4 @@ bench: $(STAMP)
 	$(VENV)/bin/python bench/controller.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache spark_flow.egg-info
+	rm -rf $(VENV) .pytest_cache .ruff_cache spark_flow.egg-info node_modules

@@ -197,12 +197,13 @@ class ProgressLines(FlowProgressListener):
     foreachBatch runs on the server, whose stdout is not the job's). Counts what it printed.
 
     ``role`` is the job's (``producer`` or ``consumer``), ``line`` formats one
-    :class:`FlowProgress`, ``queues`` are the queues the query produces to.
+    :class:`FlowProgress`, ``queues`` are the queues the query produces to (deltalake's
+    ``storage_options`` for them).
     """
 
     def __init__(self, query_name: str, role: str, line: Callable[[FlowProgress], str],
-                 queues: Sequence[str] = ()) -> None:
-        super().__init__(queues)
+                 queues: Sequence[str] = (), storage_options: Mapping[str, str] | None = None) -> None:
+        super().__init__(queues, storage_options=storage_options)
         self.query_name = query_name
         self.role = role
         self.line = line

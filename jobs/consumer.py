@@ -53,6 +53,7 @@ from _common import (
 from spark_flow import FlowProgress, Queue, open_queue, read_queue
 from spark_flow.config import check_conf
 from spark_flow.queue import queue_location
+from spark_flow.storage import session_storage_options
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -93,7 +94,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
     spark = start_session(f"spark-flow-consumer-{args.subscription}", args.verbose,  # a bad spark.flow.* conf fails here
                           check=check_conf)
-    queue = open_queue(queue_location(spark, args.queue))
+    queue = open_queue(queue_location(spark, args.queue), session_storage_options(spark))
     queue.settings()  # the queue's recorded settings must hold
 
     options: dict[str, object] = {"startingPosition": args.starting_position}
@@ -104,7 +105,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     name = f"consumer_{args.subscription}"
     # The slower of the two throttles: max(rows x delay, rows / rate) = rows x max(delay, 1 / rate).
     seconds_per_row = max(args.delay_per_message or 0.0, 1 / args.rows_per_second if args.rows_per_second else 0.0)
-    lines = ProgressLines(name, "consumer", progress_line(queue))
+    lines = ProgressLines(name, "consumer", progress_line(queue), storage_options=queue.storage_options)
     spark.streams.addListener(lines)
     consumer = SlowConsumer(args.output, seconds_per_row, query_name=name)
     query = (messages.writeStream.foreachBatch(consumer).queryName(name)

@@ -32,6 +32,7 @@ from _common import HelpFormatter, emit, interval, main_guard, positive_float, s
 from spark_flow import ConfigurationError, FlowAdmin, start_controller, stop_between_batches
 from spark_flow.config import check_conf, session_flow_conf
 from spark_flow.home import HOME_CONF
+from spark_flow.storage import session_storage_options
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -64,7 +65,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         raise ConfigurationError(HOME_CONF, None, "the control plane's location: --home or --conf spark.flow.home")
     query = start_controller(spark, home, queues=args.queue, checkpoint_location=args.checkpoint,
                              trigger=args.trigger, forget_after=args.forget_after, query_name=CONTROLLER)
-    admin = FlowAdmin(home)
+    admin = FlowAdmin(home, session_storage_options(spark))
     emit(f"controller started: home={admin.home} queues={len(admin.queues())} trigger={args.trigger}")
     started, printed = time.monotonic(), -1
     try:

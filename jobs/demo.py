@@ -20,6 +20,7 @@ from pathlib import Path
 from _common import SlowConsumer, local_conf
 
 from spark_flow import FlowAdmin, QueueSink, declare, get_spark, read_queue, start_controller, stop_between_batches
+from spark_flow.storage import session_storage_options
 
 STOP, RESUME, CAPACITY = 300, 150, 200
 CONSUMER_RATE = 40  # messages a second: the consumer works 25 ms on each
@@ -44,7 +45,7 @@ def main() -> None:
                     settings={"stopCount": STOP, "resumeCount": RESUME})
     print(f"queue {path}: stop {STOP}, resume {RESUME}; producer capacity {CAPACITY}")
     controller = start_controller(spark, trigger="2 seconds")  # leaves the 2 cores to the queues
-    admin = FlowAdmin(home)
+    admin = FlowAdmin(home, session_storage_options(spark))
 
     # 100 messages a trigger, one trigger a second: a held producer resumes with the next 100,
     # not with everything a time-based rate source would have made meanwhile.

@@ -66,6 +66,7 @@ from spark_flow.config import ON_FULL, check_conf, producer_settings, session_fl
 from spark_flow.names import queue_name
 from spark_flow.queue import queue_location
 from spark_flow.sink import conform
+from spark_flow.storage import session_storage_options
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -197,7 +198,7 @@ def declared_schema(spark: SparkSession, args: argparse.Namespace) -> str | Stru
     if args.schema:
         return args.schema
     if args.source == "queue":
-        upstream = open_queue(queue_location(spark, args.from_queue))
+        upstream = open_queue(queue_location(spark, args.from_queue), session_storage_options(spark))
         schema = spark.read.format("delta").load(upstream.path).schema
         return StructType([f for f in schema.fields if f.name not in SOURCE_COLUMNS])
     return MESSAGE_SCHEMA
@@ -211,7 +212,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     conf = session_flow_conf(spark)
 
     try:
-        queue = open_queue(queue_location(spark, args.queue))
+        queue = open_queue(queue_location(spark, args.queue), session_storage_options(spark))
         created = False
     except QueueNotFoundError:
         queue = declare(spark, args.queue, declared_schema(spark, args))
@@ -230,7 +231,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     checkpoint = args.checkpoint or posixpath.join(queue.state_location, "checkpoints", f"producer-{args.name}")
     name = f"producer_{args.name}"
-    lines = ProgressLines(name, "producer", progress_line(args.name), queues=[queue.path])
+    lines = ProgressLines(name, "producer", progress_line(args.name), [queue.path], queue.storage_options)
     spark.streams.addListener(lines)
     trigger = {"availableNow": True} if args.available_now else {"processingTime": args.trigger}
     query = (messages.writeStream.foreachBatch(QueueSink(args.queue, options=options, query_name=name)).queryName(name)

@@ -18,6 +18,7 @@ from spark_flow.exceptions import (
     QueueFullTimeoutError,
     QueueNotFoundError,
     QueueSettingError,
+    QueueWriterConflictError,
     SchemaMismatchError,
     SparkFlowError,
     SubscriptionInUseError,
@@ -31,6 +32,7 @@ from spark_flow.session import get_spark
 from spark_flow.sink import QueueSink, enqueue_stream
 from spark_flow.source import FlowQueueDataSource, read_queue
 from spark_flow.state import Thresholds
+from spark_flow.storage import storage_options
 from spark_flow.subscriptions import Subscription
 
 __all__ = [
@@ -53,6 +55,7 @@ __all__ = [
     "QueueSettingError",
     "QueueSettings",
     "QueueSink",
+    "QueueWriterConflictError",
     "SchemaMismatchError",
     "SparkFlowError",
     "Subscription",
@@ -68,4 +71,5 @@ __all__ = [
     "read_queue",
     "start_controller",
     "stop_between_batches",
+    "storage_options",
 ]

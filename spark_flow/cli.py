@@ -1,7 +1,9 @@
 """``spark-flow``: the operator's command line over a home (``--home`` or ``$SPARK_FLOW_HOME``).
 
 Only ``declare`` starts Spark; the other commands read and append the home's Delta tables with
-``deltalake``, so they answer in a second. Commands that change something (``set``,
+``deltalake``, so they answer in a second. On object storage they take the storage settings a
+Spark job has (``--properties-file``, the ``spark.hadoop.fs.s3a.*`` / ``fs.azure.*`` /
+``spark.flow.storage.*`` entries of a spark-defaults.conf) and ``--storage-option KEY=VALUE``. Commands that change something (``set``,
 ``unset``, ``stop-producers``, ``start-producers``) are checked, appended to the commands table and applied
 by the controller in order.
 """
@@ -10,14 +12,17 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from spark_flow.admin import FlowAdmin
 from spark_flow.commands import ALL_QUEUES
 from spark_flow.exceptions import ConfigurationError, SparkFlowError
 from spark_flow.home import HOME_CONF
+from spark_flow.storage import as_conf, storage_options
 
 HOME_ENV = "SPARK_FLOW_HOME"
 
@@ -41,9 +46,16 @@ def _parser() -> argparse.ArgumentParser:
                "  spark-flow set events stopAge=5min resumeAge=1min   # the oldest message's age\n"
                "  spark-flow unset events stopCount resumeCount   # back to the queue's table properties\n"
                "  spark-flow stop-producers 'events.>'      # a pattern; no target: every queue\n"
-               "  spark-flow plot events --out events.png")
+               "  spark-flow plot events --out events.png\n"
+               "  spark-flow --home s3a://bucket/flow --properties-file conf/object-storage.conf status")
     parser.add_argument("--home", default=os.environ.get(HOME_ENV),
                         help=f"the control plane's location ({HOME_CONF}); default ${HOME_ENV}")
+    parser.add_argument("--properties-file", metavar="FILE",
+                        help="a Spark properties file (spark-defaults.conf format): its object store settings "
+                             "(spark.hadoop.fs.s3a.*, spark.hadoop.fs.azure.*, spark.flow.storage.*) reach deltalake")
+    parser.add_argument("--storage-option", dest="storage", action="append", default=[], metavar="KEY=VALUE",
+                        help="a deltalake storage option (aws_endpoint_url=http://..., azure_storage_account_key=...); "
+                             "repeatable, wins over the properties file")
     commands = parser.add_subparsers(dest="command", required=True, metavar="command")
 
     status = commands.add_parser("status", help="depth, thresholds and flow state of every queue and subscription")
@@ -105,18 +117,37 @@ def _main(argv: Sequence[str] | None) -> int:
     try:
         if not args.home:
             raise ConfigurationError("--home", None, f"the control plane's location, or set ${HOME_ENV}")
-        _run(FlowAdmin(args.home), args)
+        conf = {**read_properties(args.properties_file), **as_conf(_pairs(args.storage, secret=True))}
+        _run(FlowAdmin(args.home, storage_options(conf)), args, conf)
     except SparkFlowError as error:
         print(f"spark-flow {args.command}: error: {error}", file=sys.stderr)
         return 2
     return 0
 
 
-def _run(admin: FlowAdmin, args: argparse.Namespace) -> None:
+def read_properties(path: str | None) -> dict[str, str]:
+    """The entries of a Spark properties file (``key value`` or ``key=value`` lines, ``#``
+    comments), as ``spark-submit --properties-file`` reads it."""
+    if path is None:
+        return {}
+    try:
+        lines = Path(path).read_text().splitlines()
+    except OSError as error:
+        raise ConfigurationError("--properties-file", path, f"a readable Spark properties file ({error.strerror})") from None
+    entries = {}
+    for line in (raw.strip() for raw in lines):
+        if line and not line.startswith(("#", "!")):
+            match = re.match(r"(\S+?)(?:\s*[=:]\s*|\s+)(.*)$", line)
+            key, value = match.groups() if match else (line, "")
+            entries[key] = value.strip()
+    return entries
+
+
+def _run(admin: FlowAdmin, args: argparse.Namespace, conf: dict[str, str]) -> None:
     if args.command == "status":
         _print_table(admin.status(args.target).to_dict("records"), STATUS_COLUMNS)
     elif args.command == "declare":
-        _declare(admin, args.queue, args.schema, _pairs(args.settings))
+        _declare(admin, args.queue, args.schema, _pairs(args.settings), conf)
     elif args.command == "set":
         command = admin.set(args.target, _pairs(args.settings))
         print(f"command {command}: set {' '.join(args.settings)} on {args.target!r}, applied by the controller")
@@ -138,22 +169,24 @@ def _run(admin: FlowAdmin, args: argparse.Namespace) -> None:
         print(admin.plot(args.queue, args.out or f"{args.queue}-depth.png", args.subscription))
 
 
-def _declare(admin: FlowAdmin, queue: str, schema: str | None, settings: dict[str, str]) -> None:
+def _declare(admin: FlowAdmin, queue: str, schema: str | None, settings: dict[str, str], conf: dict[str, str]) -> None:
     from spark_flow.queue import declare
     from spark_flow.session import get_spark
 
-    spark = get_spark({HOME_CONF: admin.home})
+    spark = get_spark({**conf, HOME_CONF: admin.home})
     handle = declare(spark, queue, schema, settings=settings)
     admin.registry.register(handle.name, handle.path)
     print(f"queue {handle.name!r} at {handle.path}: {handle.settings().thresholds}")
 
 
-def _pairs(items: Sequence[str]) -> dict[str, str]:
+def _pairs(items: Sequence[str], secret: bool = False) -> dict[str, str]:
     pairs = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise ConfigurationError("KEY=VALUE", item, "a setting and its value joined by '=', e.g. stopCount=900")
+            example = "aws_endpoint_url=http://127.0.0.1:9000" if secret else "stopCount=900"
+            raise ConfigurationError("KEY=VALUE", "***" if secret else item,
+                                     f"a setting and its value joined by '=', e.g. {example}")
         pairs[key.strip()] = value.strip()
     return pairs
 

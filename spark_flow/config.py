@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from spark_flow.exceptions import ConfigurationError, ProducerSettingError, QueueSettingError, UnknownKeyError
 from spark_flow.state import Thresholds
+from spark_flow.storage import STORAGE_PREFIX, secret_shown, storage_options
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -248,8 +249,9 @@ def _specificity(pattern: str) -> tuple[int, int]:
 def check_conf(conf: Mapping[str, Any]) -> None:
     """Every ``spark.flow.*`` key known and every value valid, before anything starts."""
     conf_keys = [CONF_PREFIX + name for name in KEYS]
+    storage_options({key: value for key, value in conf.items() if key.lower().startswith(STORAGE_PREFIX)})
     for key, value in conf.items():
-        if not key.startswith(CONF_PREFIX):
+        if not key.startswith(CONF_PREFIX) or key.lower().startswith(STORAGE_PREFIX):
             continue
         if key.startswith(PATTERN_PREFIX) and "." in key[len(PATTERN_PREFIX):]:
             pattern, _, name = key[len(PATTERN_PREFIX):].rpartition(".")
@@ -257,7 +259,7 @@ def check_conf(conf: Mapping[str, Any]) -> None:
                 closest = _closest(name, [n for n in KEYS if KEYS[n].scope != "home"])
                 raise UnknownKeyError(key, value, closest and f"{PATTERN_PREFIX}{pattern}.{closest}")
         elif key[len(CONF_PREFIX):] not in KEYS:
-            raise UnknownKeyError(key, value, _closest(key, conf_keys))
+            raise UnknownKeyError(key, secret_shown(key, value), _closest(key, conf_keys))
         else:
             name = key[len(CONF_PREFIX):]
         KEYS[name].parse(key, value)
@@ -275,7 +277,7 @@ def conf_settings(queue: str, conf: Mapping[str, Any], scope: Scope) -> dict[str
             pattern, _, name = key[len(PATTERN_PREFIX):].rpartition(".")
             if pattern_matches(pattern, queue):
                 patterns.append((pattern, name, key))
-        elif key.startswith(CONF_PREFIX) and KEYS[key[len(CONF_PREFIX):]].scope == scope:
+        elif key.startswith(CONF_PREFIX) and not key.startswith(STORAGE_PREFIX) and KEYS[key[len(CONF_PREFIX):]].scope == scope:
             found[key[len(CONF_PREFIX):]] = (key, value)
     for _pattern, name, key in sorted(patterns, key=lambda p: _specificity(p[0])):
         if KEYS[name].scope == scope:
@@ -475,7 +477,10 @@ def split_options(options: Mapping[str, Any], own: Iterable[str]) -> tuple[dict[
 
 
 def _conf_spelling(key: str, value: Any) -> str:
-    """A ``spark.flow.*`` key as Spark conf spells it (data source options arrive lower-cased)."""
+    """A ``spark.flow.*`` key as Spark conf spells it (data source options arrive lower-cased;
+    storage option names are lower-case anyway)."""
+    if key.lower().startswith(STORAGE_PREFIX):
+        return key.lower()
     if key.lower().startswith(PATTERN_PREFIX.lower()):
         pattern, _, name = key[len(PATTERN_PREFIX):].rpartition(".")
         spelled = {n.lower(): n for n in KEYS}.get(name.lower(), name)

@@ -29,6 +29,7 @@ from spark_flow.home import HOME_CONF, Registry, control_path
 from spark_flow.names import normalize_path
 from spark_flow.observation import FlowControlDataSource
 from spark_flow.queue import open_queue, queue_location
+from spark_flow.storage import as_conf, session_storage_options
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -79,16 +80,17 @@ def start_controller(
     if ignored:
         log.warning("the controller judges every queue with the settings recorded with it; its own Spark conf's "
                     "queue settings are not used: %s (spark-flow set changes a queue's)", ", ".join(ignored))
-    registry = Registry(home)
+    storage = session_storage_options(spark)
+    registry = Registry(home, storage)
     for queue in queues:
-        handle = open_queue(queue_location(spark, queue))
+        handle = open_queue(queue_location(spark, queue), storage)
         registry.register(handle.name, handle.path)
     spark.dataSource.register(FlowControlDataSource)
-    observations = spark.readStream.format("flowcontrol").option("home", home).load()
+    observations = spark.readStream.format("flowcontrol").option("home", home).options(**as_conf(storage)).load()
     steps = observations.groupBy("queue", "subscription").applyInPandasWithState(
         FlowStep(forget_ms), OUTPUT_SCHEMA, STATE_SCHEMA, "Update", GroupStateTimeout.ProcessingTimeTimeout)
     checkpoint = checkpoint_location or control_path(home, "checkpoints/controller")
-    return (steps.writeStream.outputMode("update").foreachBatch(ControllerSink(home, query_name)).queryName(query_name)
+    return (steps.writeStream.outputMode("update").foreachBatch(ControllerSink(home, query_name, storage)).queryName(query_name)
             .option("checkpointLocation", checkpoint)
             .trigger(**({"processingTime": trigger} if isinstance(trigger, str) else trigger)).start())
 

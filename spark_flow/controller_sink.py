@@ -34,9 +34,10 @@ class ControllerSink:
     (an older id never overwrites a newer one), transitions are compare-and-set, status rows
     are upserts, and history is appended once per batch id (a Delta app transaction)."""
 
-    def __init__(self, home: str, query_name: str) -> None:
+    def __init__(self, home: str, query_name: str, storage_options: Mapping[str, str] | None = None) -> None:
         self.home = home
         self.query_name = query_name
+        self.storage_options = dict(storage_options or {})
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         rows = batch.toArrow().to_pylist()
@@ -49,16 +50,16 @@ class ControllerSink:
         for row in statuses:
             self._transition(row)
             if row["event"] == "evict":
-                open_queue(row["path"]).acknowledge(row["subscription"], row["latest"], discarded=row["depth_count"])
+                open_queue(row["path"], self.storage_options).acknowledge(row["subscription"], row["latest"], discarded=row["depth_count"])
         events = [r for r in rows if r["kind"] == "event"]
         for row in events:
             log.info("queue %r subscription %r %s (%s): depth %d, flowStoppedCount %d", row["queue"],
                      row["subscription"], row["event"].upper(), row["detail"], row["depth_count"],
                      row["flow_stopped_count"])
         write_status(self.home, [_status_row(r) for r in statuses],
-                     [(r["queue"], r["subscription"]) for r in rows if r["kind"] == "gone"])
+                     [(r["queue"], r["subscription"]) for r in rows if r["kind"] == "gone"], self.storage_options)
         history += [_history_row(r, "sample") for r in statuses] + [_history_row(r, r["event"]) for r in events]
-        append_history(self.home, history, f"spark-flow-controller/{query_id}", batch_id)
+        append_history(self.home, history, f"spark-flow-controller/{query_id}", batch_id, self.storage_options)
 
     def _apply(self, row: Mapping[str, Any]) -> dict[str, Any]:
         """Apply one command to one queue; an error is recorded, not raised (it was checked when
@@ -70,7 +71,7 @@ class ControllerSink:
         try:
             if row["path"] is None:
                 raise LookupError(f"no registered queue matches {row['queue']!r}")
-            queue = open_queue(row["path"])
+            queue = open_queue(row["path"], self.storage_options)
             if row["command_id"] > queue.overrides.applied():  # a replayed batch's commands are in already
                 queue_settings(queue.name, queue.properties(), with_settings(queue.overrides.settings(), settings))
                 queue.overrides.apply(settings, row["command_id"])
@@ -81,11 +82,10 @@ class ControllerSink:
             event, detail = "command-failed", f"{detail}: {error}"
         return _history_row({**row, "time": row["time"] or now_ms()}, event, detail)
 
-    @staticmethod
-    def _transition(row: Mapping[str, Any]) -> None:
+    def _transition(self, row: Mapping[str, Any]) -> None:
         """Record the controller's transition in the subscriptions table, if nobody did yet, and
         make sure the queue's history has the row of the state it adopted and of its own."""
-        queue = open_queue(row["path"])
+        queue = open_queue(row["path"], self.storage_options)
         depth = Depth(row["depth_count"], row["depth_size"], row["oldest_enqueue"])
         thresholds = Thresholds.from_row(row)
         before = Subscription(row["subscription"], row["position"], row["recorded_stopped"], row["recorded_count"])

@@ -152,3 +152,19 @@ class ProducerSettingError(ConfigurationError):
     def __init__(self, key: str, value: Any, name: str, allowed: str) -> None:
         super().__init__(key, value, allowed, f"{name} is a producer setting: give it to the producer (QueueSink "
                                               f"options, or spark.flow.{name} in its Spark conf)")
+
+
+class QueueWriterConflictError(SparkFlowError):
+    """Thrown when a second Spark application would write a queue whose storage's Delta commits
+    are safe for one application only (S3 without a multi-cluster LogStore), before it writes."""
+
+    def __init__(self, queue: str, path: str, application: str, process: str | None, seen_seconds_ago: float,
+                 log_store_key: str, timeout: float) -> None:
+        self.queue, self.path, self.application = queue, path, application
+        super().__init__(
+            f"queue {queue!r} at {path} is written by another Spark application ({application!r}, process "
+            f"{process}, seen {seen_seconds_ago:.0f}s ago): Delta's default LogStore on this storage commits safely "
+            f"for one application only, and two would overwrite each other's commits. Allowed is one producer "
+            f"application per queue here (the claim lapses when that application's process ends, or after "
+            f"{timeout:.0f}s unseen), or set {log_store_key}=io.delta.storage.S3DynamoDBLogStore (with "
+            f"spark.io.delta.storage.S3DynamoDBLogStore.ddb.tableName) in every application writing it")

@@ -11,7 +11,7 @@ the query and micro-batch that wrote them (:class:`~spark_flow.sink.QueueSink` w
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -25,6 +25,7 @@ from spark_flow.names import normalize_path
 from spark_flow.queue import Queue, open_queue
 from spark_flow.source import flowqueue_offset
 from spark_flow.state import FlowState
+from spark_flow.storage import session_storage_options
 
 log = logging.getLogger("spark_flow.listener")
 
@@ -63,6 +64,9 @@ class FlowProgressListener(StreamingQueryListener):
         Paths of the queues whose producers to report.
     home : str, optional
         A ``spark.flow.home``: the producers of every queue registered there are reported too.
+    storage_options : mapping, optional
+        deltalake's, for queues on object storage; by default those of the session active when
+        the listener is made.
 
     Consumers of any queue are reported without either. A producer's ``held_seconds`` is the
     time its batch waited before and between its writes (recorded in its commits) and after
@@ -75,10 +79,17 @@ class FlowProgressListener(StreamingQueryListener):
     >>> listener.progress[str(query.id)]   # [FlowProgress(role='producer', queue='events', ...)]
     """
 
-    def __init__(self, queues: Iterable[str] = (), home: str | None = None) -> None:
+    def __init__(self, queues: Iterable[str] = (), home: str | None = None,
+                 storage_options: Mapping[str, str] | None = None) -> None:
         self.progress: dict[str, list[FlowProgress]] = {}
+        if storage_options is None:
+            from pyspark.sql import SparkSession
+
+            spark = SparkSession.getActiveSession()
+            storage_options = session_storage_options(spark) if spark is not None else {}
+        self.storage_options = dict(storage_options)
         self._paths = [normalize_path(path) for path in queues]
-        self._registry = Registry(home) if home else None
+        self._registry = Registry(home, self.storage_options) if home else None
         self._seen: dict[str, int] = {}  # by queue path: the newest version looked at
         self._commits: dict[str, list[Commit]] = {}  # by queue path: sink commits not yet reported
 
@@ -119,7 +130,7 @@ class FlowProgressListener(StreamingQueryListener):
             mine = [c for c in pending if c.query == query_id and c.batch is not None]
             batch = max((c.batch for c in mine), default=None)
             if batch is not None:
-                found.append(self._report(open_queue(path), query_id, None, batch,
+                found.append(self._report(open_queue(path, self.storage_options), query_id, None, batch,
                                           [c for c in mine if c.batch == batch], 0.0))
         return found
 
@@ -133,7 +144,7 @@ class FlowProgressListener(StreamingQueryListener):
             self._commits[path] = [c for c in pending if c.timestamp >= started - _KEEP_MS and
                                    not (c.query == query_id and c.batch is not None and c.batch <= batch_id)]
             if mine:
-                queue = open_queue(path)
+                queue = open_queue(path, self.storage_options)
                 found.append(self._report(queue, query_id, progress.name, batch_id, mine,
                                           queue.holds.seconds(query_id, batch_id)))
         return found
@@ -144,7 +155,8 @@ class FlowProgressListener(StreamingQueryListener):
         paths = self._paths + sorted(set((self._registry.queues() if self._registry else {}).values()) -
                                      set(self._paths))
         for path in paths:
-            self._commits[path] = self._commits.get(path, []) + self._new_commits(open_queue(path), since)
+            queue = open_queue(path, self.storage_options)
+            self._commits[path] = self._commits.get(path, []) + self._new_commits(queue, since)
         return [(path, self._commits[path]) for path in paths]
 
     @staticmethod
@@ -177,7 +189,7 @@ class FlowProgressListener(StreamingQueryListener):
         for source in progress.sources:
             offset = flowqueue_offset(source.endOffset)
             if offset is not None:
-                queue = open_queue(offset["queue"])
+                queue = open_queue(offset["queue"], self.storage_options)
                 latest = queue.refresh()
                 sub = queue.subscriptions.get(offset["subscription"])
                 depth = queue.ledger.depth(max(sub.position, int(offset["version"])), latest)

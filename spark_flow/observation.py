@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
@@ -24,6 +24,7 @@ from spark_flow.exceptions import ConfigurationError
 from spark_flow.home import Registry
 from spark_flow.names import normalize_path
 from spark_flow.queue import open_queue
+from spark_flow.storage import storage_options
 
 log = logging.getLogger("spark_flow.controller")
 
@@ -46,21 +47,23 @@ class ObservePartition(InputPartition):
     commands_after: int = -1
     commands_upto: int = -1
     home: str = ""
+    storage_options: Mapping[str, str] = field(default_factory=dict)
 
 
 class FlowControlDataSource(DataSource):
     """``spark.readStream.format("flowcontrol").option("home", home)``: one observation per queue
     and subscription of the home's registry each micro-batch, plus the operator commands issued
-    since the last one. Options: ``home``, ``maxPartitions`` (read tasks, default 2). Each queue
-    is judged with its recorded settings, as its gates judge it."""
+    since the last one. Options: ``home``, ``maxPartitions`` (read tasks, default 2),
+    ``spark.flow.storage.*`` (deltalake storage options). Each queue is judged with its recorded settings, as its gates judge it."""
 
     def __init__(self, options: dict[str, str]) -> None:
         super().__init__(options)
-        own, _producer, _conf = split_options(options, ("home", "maxPartitions"))
+        own, _producer, conf = split_options(options, ("home", "maxPartitions"))
         if not own.get("home"):
             raise ConfigurationError("home", own.get("home"), "the control plane's location (spark.flow.home)")
         self.home = normalize_path(own["home"])
         self.max_partitions = parse_count("maxPartitions", own.get("maxPartitions", 2), minimum=1)
+        self.storage_options = storage_options(conf)
 
     @classmethod
     def name(cls) -> str:
@@ -70,16 +73,17 @@ class FlowControlDataSource(DataSource):
         return OBSERVATION_SCHEMA
 
     def streamReader(self, schema: Any) -> ObservationReader:
-        return ObservationReader(self.home, self.max_partitions)
+        return ObservationReader(self.home, self.max_partitions, self.storage_options)
 
 
 class ObservationReader(DataSourceStreamReader):
     """Offsets ``{"tick": n, "commands": id}``: every trigger is a new look, and the commands up
     to ``id`` belong to that batch, so a replayed batch applies the same commands."""
 
-    def __init__(self, home: str, max_partitions: int) -> None:
+    def __init__(self, home: str, max_partitions: int, storage: Mapping[str, str]) -> None:
         self.home = home
         self.max_partitions = max_partitions
+        self.storage_options = storage
 
     def initialOffset(self) -> dict:
         """Before the first look, with no command applied."""
@@ -92,25 +96,26 @@ class ObservationReader(DataSourceStreamReader):
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         """A new tick every trigger (so every trigger runs a batch that looks at every queue),
         with the newest command id."""
-        return {"tick": start["tick"] + 1, "commands": max(CommandLog(self.home).latest(), start["commands"])}
+        return {"tick": start["tick"] + 1, "commands": max(CommandLog(self.home, self.storage_options).latest(), start["commands"])}
 
     def partitions(self, start: dict, end: dict) -> list[ObservePartition]:
         """The home's queues in up to ``maxPartitions`` tasks; the first also reads the commands."""
-        queues = tuple(Registry(self.home).queues().items())
+        queues = tuple(Registry(self.home, self.storage_options).queues().items())
         parts = max(1, min(self.max_partitions, len(queues)))
         return [ObservePartition(queues[i::parts], start["commands"] if i == 0 else -1,
-                                 end["commands"] if i == 0 else -1, self.home) for i in range(parts)]
+                                 end["commands"] if i == 0 else -1, self.home, self.storage_options)
+                for i in range(parts)]
 
     def read(self, partition: ObservePartition) -> Iterator[tuple]:
         """One observation per queue and subscription, then one row per command and queue it targets."""
         for name, path in partition.queues:
             try:
-                yield from _observe(name, path)
+                yield from _observe(name, path, partition.storage_options)
             except Exception as error:  # a queue dropped or unreadable: its keys time out
                 log.warning("cannot observe queue %r at %s: %s", name, path, error)
         if partition.commands_upto > partition.commands_after:
-            names = dict(Registry(partition.home).queues())
-            for command in CommandLog(partition.home).read(partition.commands_after, partition.commands_upto):
+            names = dict(Registry(partition.home, partition.storage_options).queues())
+            for command in CommandLog(partition.home, partition.storage_options).read(partition.commands_after, partition.commands_upto):
                 targets = [n for n in names if n == command.target or pattern_matches(command.target, n)]
                 for queue in targets or [command.target]:
                     yield _row(kind="command", queue=queue, path=names.get(queue), subscription=COMMANDS_KEY,
@@ -132,15 +137,15 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def _observe(name: str, path: str) -> Iterator[tuple]:
+def _observe(name: str, path: str, storage: Mapping[str, str]) -> Iterator[tuple]:
     """One observation per subscription of a queue: depth, the queue's recorded settings, the
     recorded flow state."""
-    queue = open_queue(path)
+    queue = open_queue(path, storage)
     latest = queue.refresh()
     settings = queue.settings()
     for sub, depth in queue.backlog(refresh=False):
         transition = sub.last_transition
-        yield _row(backpressured=any(_stopped(d) for d in sub.downstream),
+        yield _row(backpressured=any(_stopped(d, storage) for d in sub.downstream),
             kind="observe", queue=name, path=queue.path, subscription=sub.name, observed_at=now_ms(),
             position=sub.position, latest=latest, depth_count=depth.count, depth_size=depth.size,
             oldest_enqueue=depth.oldest, **asdict(settings.thresholds),
@@ -151,10 +156,10 @@ def _observe(name: str, path: str) -> Iterator[tuple]:
         )
 
 
-def _stopped(path: str) -> bool:
+def _stopped(path: str, storage: Mapping[str, str]) -> bool:
     """Whether the queue at ``path`` holds its producers (flow-stopped, or stopped by an operator)."""
     try:
-        queue = open_queue(path)
+        queue = open_queue(path, storage)
         queue.refresh()
         return queue.settings().producers_stopped or any(s.flow_stopped for s in queue.subscriptions.list())
     except Exception as error:  # dropped or unreadable: it holds nobody

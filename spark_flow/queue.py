@@ -42,6 +42,7 @@ from spark_flow.ledger import METADATA_KEY, Depth, Ledger
 from spark_flow.names import QueueRef, normalize_path, queue_name, queue_ref
 from spark_flow.overrides import OverrideTable
 from spark_flow.state import FlowState, Thresholds
+from spark_flow.storage import session_storage_options
 from spark_flow.subscriptions import DEFAULT_SUBSCRIPTION, Subscription, SubscriptionTable
 from spark_flow.tables import retry_commit, spark_sql_string
 
@@ -361,16 +362,17 @@ def _message_schema(schema: pa.Schema) -> pa.Schema:
     )
 
 
-_OPEN: dict[str, Queue] = {}
+_OPEN: dict[tuple[str, tuple[tuple[str, str], ...]], Queue] = {}
 _OPEN_LOCK = threading.Lock()
 
 
 def open_queue(path: str, storage_options: Mapping[str, str] | None = None) -> Queue:
-    """A :class:`Queue` for ``path``, shared within the process so its ledger stays warm."""
-    key = normalize_path(path)
+    """A :class:`Queue` for ``path``, shared within the process so its ledger stays warm (one
+    handle per path and storage options)."""
+    key = (normalize_path(path), tuple(sorted((storage_options or {}).items())))
     with _OPEN_LOCK:
         if key not in _OPEN:
-            _OPEN[key] = Queue(key, storage_options)
+            _OPEN[key] = Queue(key[0], storage_options)
         return _OPEN[key]
 
 
@@ -430,26 +432,30 @@ def declare(
     ref = queue_ref(queue)
     properties = _queue_properties(settings or {})
     conf = session_flow_conf(spark)
+    storage = session_storage_options(spark)
     given = {key: raw for key, raw in conf_settings(ref.name, conf, "queue").values()}
     wanted = StructType.fromDDL(schema) if isinstance(schema, str) else schema
     detail = _detail(spark, ref)
+    at = _state_location(state_location, conf, ref.name)
     if detail is not None:
-        location = _adopt(spark, ref, detail, wanted, properties, given, _state_location(state_location, conf, ref.name))
+        location = _adopt(spark, ref, detail, wanted, properties, given, at, storage)
     else:
-        location = _create(spark, ref, wanted, properties, given, _state_location(state_location, conf, ref.name))
-    handle = Queue(location)
+        location = _create(spark, ref, wanted, properties, given, at)
+    handle = Queue(location, storage)
     if handle.subscriptions.create_table():  # a new queue; a declared one keeps its subscriptions
         handle.subscriptions.create(DEFAULT_SUBSCRIPTION, -1)
     handle.record_conf(conf)
     if conf.get(HOME_CONF):
-        Registry(normalize_path(conf[HOME_CONF])).register(handle.name, handle.path)
+        Registry(normalize_path(conf[HOME_CONF]), storage).register(handle.name, handle.path)
     with _OPEN_LOCK:
-        _OPEN.pop(handle.path, None)
+        for key in [key for key in _OPEN if key[0] == handle.path]:
+            del _OPEN[key]
     return handle
 
 
 def _adopt(spark: SparkSession, ref: QueueRef, detail: Mapping[str, Any], wanted: StructType | None,
-           properties: dict[str, str], given: Mapping[str, Any], state_location: Callable[[str], str]) -> str:
+           properties: dict[str, str], given: Mapping[str, Any], state_location: Callable[[str], str],
+           storage: Mapping[str, str]) -> str:
     """Declare an existing Delta table a queue (again): its columns must be the declared ones;
     the settings given are recorded, and the conf's where the queue has none. Returns its location."""
     existing = spark.table(ref.sql).schema
@@ -458,7 +464,7 @@ def _adopt(spark: SparkSession, ref: QueueRef, detail: Mapping[str, Any], wanted
                                   "the existing table's columns differ from the declared schema")
     has, location = detail["properties"], normalize_path(detail["location"])
     state = has.get(STATE_LOCATION) or state_location(location)
-    runtime = OverrideTable(posixpath.join(state, "overrides")).settings()
+    runtime = OverrideTable(posixpath.join(state, "overrides"), storage).settings()
     recorded = {setting_name(k) for k in [*has, *properties, *runtime] if is_setting(k)}
     missing = {key: raw for key, raw in given.items() if setting_name(key) not in recorded}
     queue_settings(ref.name, has, missing, properties, runtime)  # the whole as it will be, before any write
@@ -547,5 +553,5 @@ def purge_acknowledged(spark: SparkSession, queue: str) -> int:
     is recorded as the commit's transaction (``txnAppId`` :data:`PURGE_APP_ID`): where
     ``earliest`` starts. A producer appending meanwhile is not in conflict with it.
     """
-    handle = open_queue(queue_location(spark, queue))
+    handle = open_queue(queue_location(spark, queue), session_storage_options(spark))
     return retry_commit(handle.purge)

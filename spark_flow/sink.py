@@ -20,13 +20,14 @@ import itertools
 import json
 import logging
 import math
+import posixpath
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import reduce
 from typing import TYPE_CHECKING, Any
 
-from spark_flow.config import producer_settings, session_flow_conf, split_options
+from spark_flow.config import flow_conf, producer_settings, split_options
 from spark_flow.exceptions import (
     ConfigurationError,
     FlowControlError,
@@ -37,6 +38,9 @@ from spark_flow.ledger import METADATA_KEY, Depth
 from spark_flow.queue import Queue, open_queue, queue_location
 from spark_flow.session import is_connect, still_active, streaming_query
 from spark_flow.source import flowqueue_offset
+from spark_flow.storage import storage_options
+from spark_flow.subscriptions import PROCESS
+from spark_flow.writers import WriterClaim, needs_claim
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -206,6 +210,9 @@ class QueueSink:
         self.last: dict[str, BatchReport] = {}
         self._gates: dict[str, Gate] = {}  # by destination, made at its first batch
         self._session_conf: dict[str, str] | None = None
+        self._storage: dict[str, str] = {}  # deltalake storage options, from the session's conf
+        self._delta_conf: dict[str, str] = {}  # the session's LogStore settings and application id
+        self._claims: dict[str, WriterClaim] = {}  # by queue path: queues one application may write
         self._consumed: list[tuple[str, str]] | None = None  # (queue, subscription) the query reads
         self._downstream: set[str] = set()  # destinations recorded as their downstream
         self._held: dict[str, float] = {}  # seconds the current batch was held, per queue path
@@ -238,9 +245,17 @@ class QueueSink:
         other processes judge it with them)."""
         if dest not in self._gates:
             if self._session_conf is None:
-                self._session_conf = session_flow_conf(spark)
+                session = dict(spark.conf.getAll)
+                self._session_conf = flow_conf(session)
+                self._storage = storage_options({**session, **self.conf})
+                self._delta_conf = {k: v for k, v in session.items() if k.startswith(("spark.delta.", "spark.app.id"))}
             conf = {**self._session_conf, **self.conf}
-            queue = open_queue(queue_location(spark, dest))
+            queue = open_queue(queue_location(spark, dest), self._storage)
+            if needs_claim(queue.path, self._delta_conf):  # before this application writes anything there
+                self._claims[queue.path] = WriterClaim(
+                    posixpath.join(queue.state_location, "writers"), queue.name, queue.path,
+                    self._delta_conf.get("spark.app.id") or PROCESS, self._storage)
+                self._claims[queue.path].hold()
             queue.record_conf(conf)
             self._gates[dest] = Gate(queue, producer_settings(queue.name, self.options, conf))
         return self._gates[dest]
@@ -257,7 +272,7 @@ class QueueSink:
             if self._consumed is None:
                 return
         for path, subscription in self._consumed:
-            open_queue(path).subscriptions.add_downstream(subscription, new)
+            open_queue(path, self._storage).subscriptions.add_downstream(subscription, new)
         self._downstream.update(new)
 
     def _check(self, parts: Mapping[str, DataFrame], gates: Mapping[str, Gate]) -> dict[str, DataFrame]:
@@ -392,6 +407,8 @@ class QueueSink:
                                    "query": self._query_id, "held": round(self._held[queue.path], 3)}}
         writer = (rows.write.format("delta").mode("append").option("txnAppId", app_id)
                   .option("txnVersion", str(txn_version)).option("userMetadata", json.dumps(metadata)))
+        if queue.path in self._claims:  # only one application may write it: renew this one's claim
+            self._claims[queue.path].hold()
         for attempt in itertools.count():
             try:
                 writer.save(queue.path)

@@ -40,6 +40,7 @@ from spark_flow.config import parse_count, parse_duration, parse_size, split_opt
 from spark_flow.exceptions import ConfigurationError, ProducerSettingError
 from spark_flow.gate import Gate
 from spark_flow.queue import open_queue
+from spark_flow.storage import storage_options
 from spark_flow.subscriptions import DEFAULT_SUBSCRIPTION
 
 if TYPE_CHECKING:
@@ -64,6 +65,7 @@ class SourceOptions:
     downstream: tuple[str, ...] = ()
     reader_timeout: float = 30.0
     flow_conf: Mapping[str, Any] = field(default_factory=dict)
+    storage_options: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -86,6 +88,7 @@ class SourceOptions:
             downstream=tuple(p.strip() for p in own.get("downstream", "").split(",") if p.strip()),
             reader_timeout=parse_duration("readerTimeout", own.get("readerTimeout", "30s"), minimum=1.0),
             flow_conf=conf,
+            storage_options=storage_options(conf),
         )
 
 
@@ -127,6 +130,7 @@ class VersionRange(InputPartition):
     path: str
     after: int
     upto: int
+    storage_options: Mapping[str, str]
 
 
 class FlowQueueDataSource(DataSource):
@@ -166,7 +170,7 @@ class FlowQueueDataSource(DataSource):
         from pyspark.sql.pandas.types import from_arrow_schema
         from pyspark.sql.types import LongType, StructField, TimestampType
 
-        schema = from_arrow_schema(open_queue(self.settings.queue).schema())
+        schema = from_arrow_schema(open_queue(self.settings.queue, self.settings.storage_options).schema())
         return schema.add(StructField("_position", LongType(), False)).add(
             StructField("_enqueue_time", TimestampType(), False)
         )
@@ -188,7 +192,7 @@ class FlowQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     @property
     def _queue(self) -> Any:
-        return open_queue(self.settings.queue)
+        return open_queue(self.settings.queue, self.settings.storage_options)
 
     def _subscription(self) -> Any:
         queue, name = self._queue, self.settings.subscription
@@ -281,7 +285,7 @@ class FlowQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         producer's are, and they are recorded as its subscription's downstream (held back by
         them, it is not stalled). Gates are made per call: the reader is pickled to read tasks, and
         deltalake handles do not pickle."""
-        downstream = [open_queue(path) for path in self.settings.downstream]
+        downstream = [open_queue(path, self.settings.storage_options) for path in self.settings.downstream]
         if not self._recorded:
             for queue in downstream:
                 queue.record_conf(self.settings.flow_conf)
@@ -305,11 +309,11 @@ class FlowQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             return []
         parts = min(self.settings.max_partitions, upto - after)
         bounds = [after + (upto - after) * i // parts for i in range(parts + 1)]
-        return [VersionRange(self.settings.queue, lo, hi) for lo, hi in itertools.pairwise(bounds) if hi > lo]
+        return [VersionRange(self.settings.queue, lo, hi, self.settings.storage_options) for lo, hi in itertools.pairwise(bounds) if hi > lo]
 
     def read(self, partition: VersionRange) -> Iterator[pa.RecordBatch]:
         """The messages of one task's versions, from the queue's change feed, in enqueue order."""
-        yield from open_queue(partition.path).read(partition.after, partition.upto).to_batches()
+        yield from open_queue(partition.path, partition.storage_options).read(partition.after, partition.upto).to_batches()
 
     def commit(self, end: dict) -> None:
         """Acknowledge up to ``end``: Spark has completed the batch ending there."""
@@ -322,16 +326,19 @@ def read_queue(spark: SparkSession, queue: str, subscription: str = DEFAULT_SUBS
     """A streaming DataFrame of ``queue``'s messages for ``subscription``.
 
     Registers the ``flowqueue`` source, resolves a catalog name to its location and passes the
-    session's ``spark.flow.*`` conf to the source (whose workers have no SparkSession).
+    session's ``spark.flow.*`` conf and storage options to the source (whose workers have no
+    SparkSession).
     """
     from spark_flow.config import session_flow_conf
     from spark_flow.queue import queue_location
+    from spark_flow.storage import as_conf, session_storage_options
 
     spark.dataSource.register(FlowQueueDataSource)
     reader = spark.readStream.format("flowqueue").option("queue", queue_location(spark, queue))
     if "downstream" in options:
         names = str(options["downstream"]).split(",")
         options["downstream"] = ",".join(queue_location(spark, n.strip()) for n in names if n.strip())
-    for key, value in {**session_flow_conf(spark), "subscription": subscription, **options}.items():
+    passed = {**session_flow_conf(spark), **as_conf(session_storage_options(spark)), "subscription": subscription}
+    for key, value in {**passed, **options}.items():
         reader = reader.option(key, str(value))
     return reader.load()

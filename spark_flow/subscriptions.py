@@ -72,15 +72,16 @@ def _schema() -> pa.Schema:
     )
 
 
-_PROCESS = f"{socket.gethostname()}:{os.getpid()}"
+#: This process, as claims record it: ``host:pid``.
+PROCESS = f"{socket.gethostname()}:{os.getpid()}"
 
 
-def _gone(sub: Subscription, timeout: float) -> bool:
-    """Whether ``sub``'s reader is gone: not seen for ``timeout`` seconds, or its process on
-    this host has ended."""
-    if _age(sub.reader_seen) > timeout:
+def process_gone(process: str | None, seen: datetime | None, timeout: float) -> bool:
+    """Whether the holder of a claim is gone: not seen for ``timeout`` seconds, or its process
+    (``host:pid``) on this host has ended."""
+    if age(seen) > timeout:
         return True
-    host, _, pid = (sub.reader_process or "").rpartition(":")
+    host, _, pid = (process or "").rpartition(":")
     if host != socket.gethostname() or not pid.isdigit():
         return False
     try:
@@ -92,7 +93,7 @@ def _gone(sub: Subscription, timeout: float) -> bool:
     return False
 
 
-def _age(seen: datetime | None) -> float:
+def age(seen: datetime | None) -> float:
     """Seconds since ``seen``."""
     return (datetime.now(UTC) - seen).total_seconds() if seen is not None else float("inf")
 
@@ -162,7 +163,7 @@ class SubscriptionTable:
         if metrics["num_target_rows_updated"] == 0:
             sub = self.get(name)  # raises for an unknown subscription
             if reader is not None and sub.reader not in (None, reader):
-                raise SubscriptionInUseError(self.queue, name, sub.reader, _age(sub.reader_seen), None)
+                raise SubscriptionInUseError(self.queue, name, sub.reader, age(sub.reader_seen), None)
         return metrics["num_target_rows_updated"] > 0
 
     def add_downstream(self, name: str, paths: tuple[str, ...] | list[str]) -> None:
@@ -189,9 +190,9 @@ class SubscriptionTable:
         takeover is a compare-and-set on the holder read, so two claimants cannot both win."""
         while True:
             sub = self.get(name)
-            if sub.reader not in (None, reader) and not _gone(sub, timeout):
-                raise SubscriptionInUseError(self.queue, name, sub.reader, _age(sub.reader_seen), timeout)
-            row = {"name": name, "reader": reader, "process": _PROCESS, "now": datetime.now(UTC),
+            if sub.reader not in (None, reader) and not process_gone(sub.reader_process, sub.reader_seen, timeout):
+                raise SubscriptionInUseError(self.queue, name, sub.reader, age(sub.reader_seen), timeout)
+            row = {"name": name, "reader": reader, "process": PROCESS, "now": datetime.now(UTC),
                    "was": sub.reader or ""}
             metrics = self._merge(row, lambda m: m.when_matched_update(
                 {"reader": "s.reader", "reader_seen": "s.now", "reader_process": "s.process"},

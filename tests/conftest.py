@@ -6,12 +6,14 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from _common import local_conf
 from pyspark.sql import SparkSession
+from stores import Store
 
 from spark_flow.session import get_spark
 
@@ -77,3 +79,41 @@ def no_query_outlives_its_module() -> Iterator[None]:
     for query in spark.streams.active if spark is not None else []:
         print(f"\nstopping query {query.name or query.id}, left running by a test module")
         query.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The suite's S3 server (moto) with a bucket ``flow``; its endpoint URL."""
+    from servers import create_bucket, moto_s3_server
+
+    with moto_s3_server(tmp_path_factory.mktemp("moto") / "server.log") as endpoint:
+        create_bucket(endpoint, "flow")
+        yield endpoint
+
+
+@pytest.fixture(scope="session")
+def azurite_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The suite's Azure Blob server (Azurite) with a container ``flow``; the account's endpoint."""
+    from servers import azurite_blob_server, create_container
+
+    base = tmp_path_factory.mktemp("azurite")
+    with azurite_blob_server(base / "data", base / "server.log") as endpoint:
+        create_container(endpoint, "flow")
+        yield endpoint
+
+
+@pytest.fixture
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
+    """The storage a test runs on, by its parameter (``indirect``): ``local`` (the test's temporary
+    directory), ``s3`` (the S3 server, ``s3a://flow/<test>``) or ``abfs`` (Azurite,
+    ``abfs://flow@devstoreaccount1.dfs.core.windows.net/<test>``)."""
+    from servers import AZURITE_ACCOUNT, AZURITE_KEY
+    from stores import abfs_conf, s3_conf
+
+    kind, unique = getattr(request, "param", "local"), f"{tmp_path.name}-{uuid.uuid4().hex[:8]}"
+    if kind == "s3":
+        return Store(kind, f"s3a://flow/{unique}", s3_conf(request.getfixturevalue("s3_server")))
+    if kind == "abfs":
+        conf = abfs_conf(request.getfixturevalue("azurite_server"), AZURITE_ACCOUNT, AZURITE_KEY)
+        return Store(kind, f"abfs://flow@{AZURITE_ACCOUNT}.dfs.core.windows.net/{unique}", conf)
+    return Store(kind, str(tmp_path))

@@ -1,8 +1,12 @@
 """Servers the suite starts once and stops by process id: a Spark Connect server from the
-pip-installed PySpark (the server Databricks serverless and standard access mode speak to)."""
+pip-installed PySpark (the server Databricks serverless and standard access mode speak to), an
+S3 server (moto, from PyPI) and an Azure Blob storage server (Azurite, from npm)."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import os
 import signal
 import socket
@@ -11,10 +15,17 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from email.utils import formatdate
 from pathlib import Path
+from urllib.request import Request, urlopen
 
 ROOT = Path(__file__).resolve().parent.parent
 SPARK_SUBMIT = Path(sys.executable).parent / "spark-submit"
+MOTO_SERVER = Path(sys.executable).parent / "moto_server"
+AZURITE_BLOB = ROOT / "node_modules" / ".bin" / "azurite-blob"
+#: Azurite's well-known development account (public, in Microsoft's documentation).
+AZURITE_ACCOUNT = "devstoreaccount1"
+AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 
 
 def free_port() -> int:
@@ -26,6 +37,67 @@ def free_port() -> int:
 def _listening(port: int) -> bool:
     with socket.socket() as sock:
         return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+@contextmanager
+def _server(command: list[str], port: int, log: Path, what: str, timeout: float, stop_timeout: float = 30,
+            **popen: object) -> Iterator[None]:
+    """Run ``command`` in its own process group until the block ends; ready when ``port`` accepts.
+    Stopped with SIGTERM, then SIGKILL after ``stop_timeout`` seconds."""
+    with log.open("w") as out:
+        server = subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                  **popen)  # type: ignore[call-overload]
+    try:
+        deadline = time.monotonic() + timeout
+        while not _listening(port):
+            if server.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"{what} did not start (exit {server.poll()}):\n"
+                                   f"{log.read_text(errors='replace')[-3000:]}")
+            time.sleep(0.2)
+        yield
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(stop_timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
+
+
+@contextmanager
+def moto_s3_server(log: Path, timeout: float = 60) -> Iterator[str]:
+    """An S3 API (moto) on a loopback port, with atomic conditional writes as S3's; yields its URL."""
+    port = free_port()
+    with _server([str(MOTO_SERVER), "-H", "127.0.0.1", "-p", str(port)], port, log, "the moto S3 server", timeout,
+                 stop_timeout=3):
+        yield f"http://127.0.0.1:{port}"
+
+
+def create_bucket(endpoint: str, bucket: str) -> None:
+    """Create an S3 bucket (moto takes an unsigned request)."""
+    urlopen(Request(f"{endpoint}/{bucket}", method="PUT"), timeout=30).close()
+
+
+@contextmanager
+def azurite_blob_server(location: Path, log: Path, timeout: float = 60) -> Iterator[str]:
+    """Azure Blob storage (Azurite) on a loopback port, its data in ``location``; yields the
+    development account's blob endpoint (``http://127.0.0.1:<port>/devstoreaccount1``)."""
+    port = free_port()
+    command = [str(AZURITE_BLOB), "--blobHost", "127.0.0.1", "--blobPort", str(port), "--location", str(location),
+               "--skipApiVersionCheck", "--loose"]
+    with _server(command, port, log, "the Azurite blob server", timeout, stop_timeout=3):
+        yield f"http://127.0.0.1:{port}/{AZURITE_ACCOUNT}"
+
+
+def create_container(endpoint: str, container: str) -> None:
+    """Create a blob container, with a request signed by the account's key (SharedKey)."""
+    date, version = formatdate(usegmt=True), "2021-08-06"
+    resource = f"/{AZURITE_ACCOUNT}/{AZURITE_ACCOUNT}/{container}\nrestype:container"
+    signed = "PUT\n" + "\n" * 11 + f"x-ms-date:{date}\nx-ms-version:{version}\n" + resource
+    signature = base64.b64encode(hmac.new(base64.b64decode(AZURITE_KEY), signed.encode(), hashlib.sha256).digest())
+    headers = {"x-ms-date": date, "x-ms-version": version, "Content-Length": "0",
+               "Authorization": f"SharedKey {AZURITE_ACCOUNT}:{signature.decode()}"}
+    urlopen(Request(f"{endpoint}/{container}?restype=container", method="PUT", headers=headers), timeout=30).close()
 
 
 @contextmanager
@@ -43,21 +115,5 @@ def spark_connect_server(log: Path, timeout: float = 240) -> Iterator[str]:
                "--conf", "spark.sql.streaming.stopTimeout=60s", "--conf", f"spark.pyspark.python={sys.executable}",
                "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
                "--conf", f"spark.connect.grpc.binding.port={port}", "spark-internal"]
-    with log.open("w") as out:
-        server = subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                  start_new_session=True)
-    try:
-        deadline = time.monotonic() + timeout
-        while not _listening(port):
-            if server.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the Spark Connect server did not start (exit {server.poll()}):\n"
-                                   f"{log.read_text(errors='replace')[-3000:]}")
-            time.sleep(0.5)
+    with _server(command, port, log, "the Spark Connect server", timeout, env=env):
         yield f"sc://127.0.0.1:{port}"
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait()

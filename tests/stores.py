@@ -1,0 +1,73 @@
+"""Where a test keeps its queues, home and checkpoints: a local directory, the suite's S3 server
+(moto) or its Azure Blob server (Azurite), with the Spark conf a job needs to reach it (the
+object store file systems' jars from conf/object-storage.conf, endpoint and keys) and the
+deltalake storage options spark-flow derives from that conf."""
+
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass, field
+
+from processes import ROOT
+
+from spark_flow.cli import read_properties
+from spark_flow.storage import storage_options
+
+OBJECT_STORAGE_CONF = ROOT / "conf" / "object-storage.conf"
+#: The S3 secret key the tests use: a string no log, table or message may contain.
+S3_SECRET = "s3cr3t-Never-In-Logs-7f3a9c"
+
+
+@dataclass(frozen=True)
+class Store:
+    """A test's storage: ``root`` (a directory or bucket/container URL unique to the test), the
+    Spark conf of jobs that use it, and deltalake's storage options for reading it back."""
+
+    kind: str
+    root: str
+    conf: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def options(self) -> dict[str, str]:
+        return storage_options(self.conf)
+
+    @property
+    def secrets(self) -> list[str]:
+        return [value for key, value in self.conf.items() if key.endswith(("secret.key", ".dfs.core.windows.net"))]
+
+    def url(self, *parts: str) -> str:
+        return posixpath.join(self.root, *parts)
+
+
+def _with_jars(conf: dict[str, str]) -> dict[str, str]:
+    jars = {k: v for k, v in read_properties(str(OBJECT_STORAGE_CONF)).items() if k.startswith("spark.jars.")}
+    return {**jars, **conf}
+
+
+def s3_conf(endpoint: str) -> dict[str, str]:
+    """A job's conf for the S3 server: S3A with path-style requests over http, fixed keys."""
+    return _with_jars({
+        "spark.hadoop.fs.s3a.endpoint": endpoint,
+        "spark.hadoop.fs.s3a.endpoint.region": "us-east-1",
+        "spark.hadoop.fs.s3a.path.style.access": "true",
+        "spark.hadoop.fs.s3a.connection.ssl.enabled": "false",
+        "spark.hadoop.fs.s3a.access.key": "spark-flow-tests",
+        "spark.hadoop.fs.s3a.secret.key": S3_SECRET,
+        "spark.hadoop.fs.s3a.aws.credentials.provider": "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider",
+    })
+
+
+def abfs_conf(endpoint: str, account: str, key: str) -> dict[str, str]:
+    """A job's conf for Azurite: ABFS with SharedKey over http on its blob endpoint (Azurite has
+    no hierarchical namespace, so ABFS is told to speak the Blob API)."""
+    host = endpoint.split("://", 1)[1].split("/", 1)[0]
+    return _with_jars({
+        f"spark.hadoop.fs.azure.account.key.{account}.dfs.core.windows.net": key,
+        "spark.hadoop.fs.azure.account.auth.type": "SharedKey",
+        "spark.hadoop.fs.azure.abfs.endpoint": host,
+        "spark.hadoop.fs.azure.always.use.https": "false",
+        "spark.hadoop.fs.azure.account.hns.enabled": "false",
+        "spark.hadoop.fs.azure.fns.account.service.type": "BLOB",
+        "spark.hadoop.fs.azure.ingress.service.type": "BLOB",
+        "spark.hadoop.fs.azure.networking.library": "JDK_HTTP_URL_CONNECTION",
+    })
