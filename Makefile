@@ -1,17 +1,16 @@
 # One entry point for people and CI: `make demo`, `make test`. Each sets up what is missing
-# (virtualenv, the package and its test tools, the test suite's S3 server from PyPI and its
-# Azure Blob server from npm) and reuses it on the next run.
+# (virtualenv, the package and its test tools with the suite's S3 server from PyPI; for `make
+# test`, the suite's Azure Blob server from npm) and reuses it on the next run.
 PYTHON ?= python3.11
 VENV := .venv
 STAMP := $(VENV)/.installed
+NODE_STAMP := node_modules/.installed
 DEMO_DIR ?=
 
 .PHONY: demo test bench clean
 
-$(STAMP): pyproject.toml package.json package-lock.json
+$(STAMP): pyproject.toml
 	@command -v java >/dev/null || { echo "Java 17 is needed (apt-get install openjdk-17-jre-headless)"; exit 1; }
-	@command -v npm >/dev/null || { echo "Node.js and npm are needed for the tests' Azure Blob server (apt-get install nodejs npm)"; exit 1; }
-	npm ci --no-audit --no-fund --loglevel=error
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
 	$(VENV)/bin/pip install --quiet -e '.[test]'
@@ -20,7 +19,12 @@ $(STAMP): pyproject.toml package.json package-lock.json
 demo: $(STAMP)
 	$(VENV)/bin/python jobs/demo.py $(if $(DEMO_DIR),--dir $(DEMO_DIR))
 
-test: $(STAMP)
+$(NODE_STAMP): package.json package-lock.json
+	@command -v npm >/dev/null || { echo "Node.js and npm are needed for the tests' Azure Blob server (apt-get install nodejs npm)"; exit 1; }
+	npm ci --no-audit --no-fund --loglevel=error
+	touch $(NODE_STAMP)
+
+test: $(STAMP) $(NODE_STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/pytest
 
