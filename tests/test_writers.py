@@ -86,7 +86,8 @@ def test_a_second_producer_application_is_refused_before_it_writes(store: Store,
     assert "spark.delta.logStore.s3a.impl" in message and "S3DynamoDBLogStore" in message, failure(second)
     assert "is written by another Spark application" not in refused[winner]
     table = DeltaTable(path, storage_options=store.options).to_pyarrow_table(columns=["id", "producer"])
-    assert set(table.column("producer").to_pylist()) == {winner}  # the refused one wrote nothing
+    # The refused one wrote nothing (the winner may have been killed before its first rows).
+    assert set(table.column("producer").to_pylist()) <= {winner}
     ids = table.column("id").to_pylist()
     assert len(ids) == len(set(ids))
     lines = progress(out if winner == "first" else second.stdout, "producer")
