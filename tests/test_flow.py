@@ -157,9 +157,14 @@ def test_a_queue_held_by_the_age_of_its_oldest_message_and_released_by_age(spark
     producer, _ = start_producer(spark, path, tmp_path / "p", "p", 10)
     try:
         wait_until(lambda: is_held(producer) and queue.subscriptions.get("default").flow_stopped, 90)
+
+        def settled() -> bool:  # a batch admitted before the stop may still land; then nothing more
+            before = queue.depths()["default"]
+            time.sleep(3)
+            return queue.depths()["default"] == before and is_held(producer)
+
+        wait_until(settled, 60)
         held = queue.depths()["default"]
-        time.sleep(3)
-        assert queue.depths()["default"] == held and is_held(producer), "held: nothing more is enqueued"
         assert held.count < 200, "few messages, held by their age"
 
         consumer = start_consumer(spark, path, tmp_path / "c", tmp_path / "out")
