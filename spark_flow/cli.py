@@ -96,7 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; errors print one line naming what was wrong and return 2.
 
     Run as the ``spark-flow`` script (no ``argv``), it ends the process itself with that
-    status (0 done, 2 refused) through :func:`~spark_flow.session.exit_process`: an interpreter
+    status (0 done, 1 storage failed, 2 refused) through :func:`~spark_flow.session.exit_process`: an interpreter
     that used deltalake can abort at exit (delta-io/delta-rs#2184), which would turn either
     status into 134, and scripts and schedulers read it.
     """
@@ -122,7 +122,16 @@ def _main(argv: Sequence[str] | None) -> int:
     except SparkFlowError as error:
         print(f"spark-flow {args.command}: error: {error}", file=sys.stderr)
         return 2
+    except OSError as error:  # storage refused or unreachable (deltalake's errors name no credential)
+        print(f"spark-flow {args.command}: error: cannot read {args.home}: {_one_line(error)}", file=sys.stderr)
+        return 1
     return 0
+
+
+def _one_line(error: OSError) -> str:
+    """deltalake's multi-line, colored chain of causes (``↳ ...``) as one plain line."""
+    parts = (re.sub(r"\x1b\[[0-9;]*m", "", line).strip(" ↳") for line in str(error).splitlines())
+    return ": ".join(part for part in parts if part)
 
 
 def read_properties(path: str | None) -> dict[str, str]:

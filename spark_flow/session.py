@@ -114,7 +114,7 @@ def get_spark(conf: Mapping[str, str] | None = None) -> SparkSession:
     Python workers run the interpreter running this code (``PYSPARK_PYTHON``), unless one is
     named already: another interpreter may lack pyarrow.
     """
-    from pyspark import SparkConf
+    from pyspark import SparkConf, SparkContext
     from pyspark.sql import SparkSession
 
     active = SparkSession.getActiveSession()
@@ -123,6 +123,10 @@ def get_spark(conf: Mapping[str, str] | None = None) -> SparkSession:
     remote = (conf or {}).get("spark.remote") or os.environ.get("SPARK_REMOTE") or _submitted_conf().get("spark.remote")
     if remote:
         return _remote_session(remote, conf or {})
+    if "PYSPARK_GATEWAY_PORT" in os.environ:
+        # Under spark-submit its JVM is up and holds --master, --conf and spark-defaults.conf:
+        # connect first, so that SparkConf reads them and the defaults below only fill gaps.
+        SparkContext._ensure_initialized()
     spark_conf = SparkConf()
     for key, value in {**LOCAL_DEFAULTS, **DELTA_CONF, **(conf or {})}.items():
         spark_conf.setIfMissing(key, value)

@@ -82,6 +82,17 @@ def no_query_outlives_its_module() -> Iterator[None]:
 
 
 @pytest.fixture(scope="session")
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """The suite's standalone Spark cluster: its master URL, and the worker's directory that holds
+    each application's executors (``<app id>/<executor id>/stderr``)."""
+    from servers import spark_standalone_cluster
+
+    work = tmp_path_factory.mktemp("cluster")
+    with spark_standalone_cluster(work) as master:
+        yield master, work / "worker"
+
+
+@pytest.fixture(scope="session")
 def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The suite's S3 server (moto) with a bucket ``flow``; its endpoint URL."""
     from servers import create_bucket, moto_s3_server

@@ -1,12 +1,14 @@
 """Servers the suite starts once and stops by process id: a Spark Connect server from the
-pip-installed PySpark (the server Databricks serverless and standard access mode speak to), an
-S3 server (moto, from PyPI) and an Azure Blob storage server (Azurite, from npm)."""
+pip-installed PySpark (the server Databricks serverless and standard access mode speak to), a
+standalone Spark cluster (a master and a worker, from the same PySpark), an S3 server (moto, from
+PyPI) and an Azure Blob storage server (Azurite, from npm)."""
 
 from __future__ import annotations
 
 import base64
 import hashlib
 import hmac
+import json
 import os
 import signal
 import socket
@@ -21,6 +23,7 @@ from urllib.request import Request, urlopen
 
 ROOT = Path(__file__).resolve().parent.parent
 SPARK_SUBMIT = Path(sys.executable).parent / "spark-submit"
+SPARK_CLASS = Path(sys.executable).parent / "spark-class"
 MOTO_SERVER = Path(sys.executable).parent / "moto_server"
 AZURITE_BLOB = ROOT / "node_modules" / ".bin" / "azurite-blob"
 #: Azurite's well-known development account (public, in Microsoft's documentation).
@@ -117,3 +120,37 @@ def spark_connect_server(log: Path, timeout: float = 240) -> Iterator[str]:
                "--conf", f"spark.connect.grpc.binding.port={port}", "spark-internal"]
     with _server(command, port, log, "the Spark Connect server", timeout, env=env):
         yield f"sc://127.0.0.1:{port}"
+
+
+def _alive_workers(ui_port: int) -> int:
+    """How many workers the standalone master at ``ui_port`` has registered (its UI's JSON)."""
+    try:
+        with urlopen(f"http://127.0.0.1:{ui_port}/json/", timeout=5) as response:
+            return int(json.load(response).get("aliveworkers", 0))
+    except OSError:
+        return 0
+
+
+@contextmanager
+def spark_standalone_cluster(work: Path, cores: int = 2, memory: str = "2g", timeout: float = 120) -> Iterator[str]:
+    """A standalone Spark cluster on loopback ports: a master and one worker of ``cores`` cores
+    and ``memory``, each its own JVM (``spark-class``), executors in JVMs of their own that run
+    this interpreter's Python workers; logs and the executors' work directories under ``work``.
+    Yields the master's ``spark://`` URL once the worker has registered."""
+    port, ui_port, worker_port, worker_ui_port = (free_port() for _ in range(4))
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable,
+           "SPARK_CONF_DIR": str(ROOT / "conf")}  # its log4j2.properties: warnings and errors only
+    master = [str(SPARK_CLASS), "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
+              "--webui-port", str(ui_port)]
+    worker = [str(SPARK_CLASS), "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
+              "--port", str(worker_port), "--webui-port", str(worker_ui_port), "--cores", str(cores),
+              "--memory", memory, "--work-dir", str(work / "worker"), f"spark://127.0.0.1:{port}"]
+    with (_server(master, port, work / "master.log", "the standalone master", timeout, env=env),
+          _server(worker, worker_port, work / "worker.log", "the standalone worker", timeout, env=env)):
+        deadline = time.monotonic() + timeout
+        while not _alive_workers(ui_port):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the worker did not register with the master:\n"
+                                   f"{(work / 'worker.log').read_text(errors='replace')[-3000:]}")
+            time.sleep(0.5)
+        yield f"spark://127.0.0.1:{port}"

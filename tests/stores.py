@@ -39,14 +39,14 @@ class Store:
         return posixpath.join(self.root, *parts)
 
 
-def _with_jars(conf: dict[str, str]) -> dict[str, str]:
-    jars = {k: v for k, v in read_properties(str(OBJECT_STORAGE_CONF)).items() if k.startswith("spark.jars.")}
-    return {**jars, **conf}
+def _object_storage(conf: dict[str, str]) -> dict[str, str]:
+    """``conf`` over conf/object-storage.conf, as a user's ``--properties-file`` and ``--conf``."""
+    return {**read_properties(str(OBJECT_STORAGE_CONF)), **conf}
 
 
 def s3_conf(endpoint: str) -> dict[str, str]:
     """A job's conf for the S3 server: S3A with path-style requests over http, fixed keys."""
-    return _with_jars({
+    return _object_storage({
         "spark.hadoop.fs.s3a.endpoint": endpoint,
         "spark.hadoop.fs.s3a.endpoint.region": "us-east-1",
         "spark.hadoop.fs.s3a.path.style.access": "true",
@@ -61,7 +61,7 @@ def abfs_conf(endpoint: str, account: str, key: str) -> dict[str, str]:
     """A job's conf for Azurite: ABFS with SharedKey over http on its blob endpoint (Azurite has
     no hierarchical namespace, so ABFS is told to speak the Blob API)."""
     host = endpoint.split("://", 1)[1].split("/", 1)[0]
-    return _with_jars({
+    return _object_storage({
         f"spark.hadoop.fs.azure.account.key.{account}.dfs.core.windows.net": key,
         "spark.hadoop.fs.azure.account.auth.type": "SharedKey",
         "spark.hadoop.fs.azure.abfs.endpoint": host,

@@ -88,6 +88,21 @@ def test_console_script_without_home_names_the_option(tmp_path: Path) -> None:
     assert "--home=None is not valid" in result.stderr and "SPARK_FLOW_HOME" in result.stderr
 
 
+def test_unreachable_storage_is_one_line_naming_the_home_without_secrets(capsys: pytest.CaptureFixture[str]) -> None:
+    """A home the CLI cannot reach (here: nothing listens at the S3 endpoint) is one error line that
+    names the home and storage's reason, exit status 1, and never shows a key."""
+    home = "s3a://flow/home"
+    argv = ["--home", home, "--storage-option", "aws_endpoint_url=http://127.0.0.1:1", "--storage-option",
+            "allow_http=true", "--storage-option", "aws_access_key_id=tests", "--storage-option",
+            "aws_secret_access_key=s3cr3t-Never-Shown", "--storage-option", "aws_region=us-east-1",
+            "--storage-option", "max_retries=1", "status"]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1, err
+    assert err.startswith(f"spark-flow status: error: cannot read {home}: ") and "Connection refused" in err
+    assert "s3cr3t" not in err and "\x1b" not in err and "Traceback" not in err
+
+
 @pytest.mark.parametrize(("argv", "status"), [
     (["subscriptions", "orders.eu"], 0),
     (["status"], 0),
