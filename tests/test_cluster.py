@@ -5,21 +5,24 @@ the driver's process, and reach storage with the settings the driver's conf gave
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
-from processes import failure, progress, spark_submit
+from processes import ROOT, failure, progress, spark_submit
 from stores import Store
+from test_readme import BIN, bash_blocks
 
 from spark_flow.queue import Queue
 
-STOP, RESUME, CAPACITY = 20, 10, 30
+STOP, CAPACITY = 500, 100  # STOP: the README's line
 
 
 def _executor_logs(worker: Path) -> dict[str, str]:
-    """Each application's executor stderr in the worker's directory, by application id."""
+    """Each application's executors' stderr in the worker's directory, by application id."""
     return {app.name: "".join(log.read_text(errors="replace") for log in sorted(app.glob("*/stderr")))
             for app in sorted(worker.glob("app-*"))}
 
@@ -27,18 +30,23 @@ def _executor_logs(worker: Path) -> dict[str, str]:
 @pytest.mark.e2e
 @pytest.mark.parametrize("store", ["s3"], indirect=True)
 def test_producer_and_consumer_applications_on_a_standalone_cluster(spark_cluster: tuple[str, Path],
-                                                                    store: Store) -> None:
-    """A producer application held at the queue's stop, then a consumer application draining the
-    queue: every message once, the depth never over stop + capacity; each application ran its
-    tasks in an executor of the cluster (the flowqueue source's reads there too)."""
+                                                                    store: Store, tmp_path: Path) -> None:
+    """The README's producer line (its master, a properties file with the S3 settings, a shorter
+    run) held at the queue's stop, then a consumer application draining the queue: every message
+    once, the depth never over stop + capacity; each application had its executor on the cluster."""
     master, worker = spark_cluster
     path, output = store.url("queues", "events"), store.url("consumed")
-    conf = {**store.conf, "spark.master": master, "spark.cores.max": "1", "spark.executor.memory": "768m",
-            "spark.pyspark.python": sys.executable}
+    executors = {"spark.cores.max": "1", "spark.executor.memory": "768m", "spark.pyspark.python": sys.executable}
     before = set(_executor_logs(worker))
-    producer = spark_submit("producer", "--queue", path, "--name", "p1", "--rate", "60", "--capacity",
-                            str(CAPACITY), "--trigger", "500ms", "--run-seconds", "20",
-                            conf={**conf, "spark.flow.stopCount": str(STOP), "spark.flow.resumeCount": str(RESUME)})
+
+    [line] = bash_blocks("Clusters and object storage")[1]
+    (tmp_path / "my-s3.conf").write_text("".join(f"{key} {value}\n" for key, value in store.conf.items()))
+    words = [word.replace("spark://master:7077", master).replace("s3a://flow/queues/events", path)
+             .replace("my-s3.conf", str(tmp_path / "my-s3.conf")) for word in line]
+    words[1:1] = [part for key, value in executors.items() for part in ("--conf", f"{key}={value}")]
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    producer = subprocess.run([str(BIN / words[0]), *words[1:], "--capacity", str(CAPACITY), "--trigger", "500ms",
+                               "--run-seconds", "25"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert producer.returncode == 0, failure(producer)
     lines = progress(producer.stdout, "producer")
     assert any(line["flowStopped"] == "true" for line in lines), failure(producer)
@@ -46,19 +54,19 @@ def test_producer_and_consumer_applications_on_a_standalone_cluster(spark_cluste
     enqueued = DeltaTable(path, storage_options=store.options).to_pyarrow_table(columns=["id"])
     assert STOP < enqueued.num_rows <= STOP + CAPACITY
 
-    consumer = spark_submit("consumer", "--queue", path, "--output", output, "--max-records-per-trigger", "20",
-                            "--trigger", "500ms", "--until-empty", conf=conf)
+    consumer = spark_submit("consumer", "--queue", path, "--output", output, "--max-records-per-trigger", "200",
+                            "--trigger", "500ms", "--until-empty", conf={**store.conf, "spark.master": master,
+                                                                         **executors})
     assert consumer.returncode == 0, failure(consumer)
     consumed = DeltaTable(output, storage_options=store.options).to_pyarrow_table(columns=["id"])
     assert sorted(consumed.column("id").to_pylist()) == sorted(enqueued.column("id").to_pylist())
     assert Queue(path, store.options).depth().count == 0
 
-    # Two applications, each with an executor of the worker that ran tasks (the consumer's are
-    # the flowqueue source's reads: a Python data source reader runs only in an executor's
-    # Python worker); neither found a storage setting missing.
+    # Two applications, each given an executor by the worker (a cluster's driver runs no task: the
+    # consumer's flowqueue reads ran in its executor's Python workers), no task failed there.
     apps = {app: log for app, log in _executor_logs(worker).items() if app not in before}
     assert len(apps) == 2, apps.keys()
     for app, log in apps.items():
-        assert "Exception" not in log, f"{app}:\n{log[-3000:]}"
+        assert "Exception in task" not in log and "Traceback" not in log, f"{app}:\n{log[-3000:]}"
     for secret in store.secrets:
         assert all(secret not in run.stdout + run.stderr for run in (producer, consumer))

@@ -113,7 +113,7 @@ def test_readme_cli_on_object_storage_as_written(store: Store, s3_server: str, t
     endpoint, this test's bucket folder, a properties file with the S3A settings)."""
     from test_readme import BIN, bash_blocks
 
-    [commands] = bash_blocks("Clusters and object storage")
+    commands = bash_blocks("Clusters and object storage")[0]  # the next block, a cluster's, is test_cluster's
     (tmp_path / "my-s3.conf").write_text("".join(f"{key} {value}\n" for key, value in store.conf.items()))
     FlowAdmin(store.url("home"), store.options).registry.register("events", store.url("queues", "events"))
     # keys not given as options come from deltalake's own defaults: here the environment
