@@ -385,7 +385,7 @@ def _in_commit_order(changes: pa.Table, names: list[str]) -> pa.Table:
             column = pa.array([repr(v) for v in column.to_pylist()], pa.string())
         columns[f"k{i}"] = column
         keys.append((f"k{i}", "ascending"))
-    return changes.take(pc.sort_indices(pa.table(columns), sort_keys=keys, null_placement="at_start"))
+    return changes.take(pc.sort_indices(pa.table(columns), sort_keys=keys))
 
 
 def _sortable(kind: pa.DataType) -> bool:
