@@ -2,10 +2,9 @@
 
 A queue is an append-only Delta table with Change Data Feed on, its limits in ``flow.*`` table
 properties, and a subscriptions table beside it (``flow.stateLocation``). Positions are the
-table's commit versions and a message index inside a commit (:class:`~spark_flow.ledger.Position`):
-the queue's own log is the queue. :class:`Queue` needs no SparkSession
-(it reads the log with ``deltalake``), so the same code runs on the driver and in Python data
-source workers; :func:`declare` uses Spark, because catalog tables and DDL live there.
+table's commit versions with a message index inside a commit (:class:`~spark_flow.ledger.Position`):
+the queue's own log is the queue. :class:`Queue` needs no SparkSession (it reads the log with
+``deltalake``), so the same code runs on the driver and in Python data source workers; :func:`declare` uses Spark, because catalog tables and DDL live there.
 """
 
 from __future__ import annotations
@@ -260,7 +259,8 @@ class Queue:
     def discard_oldest(self, settings: QueueSettings) -> dict[str, int]:
         """Ring policies: move each subscription deeper than the queue's max past its oldest
         messages until it holds exactly the max (Qpid's RING keeps the newest ``maxCount``,
-        even of one commit); return the messages discarded per subscription."""
+        even of one commit; the newest message is always kept); return the messages discarded
+        per subscription."""
         limit = Depth(settings.max_count, settings.max_size)
         if not limit.count and not limit.size:
             return {}
@@ -273,6 +273,8 @@ class Queue:
                     break
                 first = position.index if commit.version == position.version + 1 else 0
                 last = _fewest_to_drop(commit, first, depth, limit)
+                if commit.version == latest:
+                    last = min(last, max(first, commit.count - 1))
                 gone = commit.part(first, last)
                 depth = Depth(depth.count - gone.count, depth.size - gone.size)
                 dropped += gone.count

@@ -149,8 +149,8 @@ class FlowQueueDataSource(DataSource):
     -------
     queue : the queue table's path (``spark_flow.read_queue`` resolves catalog names).
     subscription : default ``default``.
-    maxRecordsPerTrigger : admit at most this many messages per micro-batch, exactly (a batch
-        may end inside a commit), as Kafka's ``maxOffsetsPerTrigger``.
+    maxRecordsPerTrigger : admit this many messages per micro-batch, fewer only when fewer wait
+        (a batch may end inside a commit), as Kafka's ``maxOffsetsPerTrigger``.
     maxBytesPerTrigger : admit at most this many bytes of messages per micro-batch (``10m``,
         ``1g``), whole messages, at least one (each message counts its share of its commit's
         size), as Delta's and the file source's option.
