@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from spark_flow import ConfigurationError, FlowProgress, FlowProgressListener, SparkFlowError, get_spark
-from spark_flow.config import flow_conf, parse_size, session_flow_conf
+from spark_flow.config import flow_conf, parse_duration, parse_size, session_flow_conf
 from spark_flow.session import exit_process, is_connect, still_active, streaming_query
 
 if TYPE_CHECKING:
@@ -86,6 +86,12 @@ def size(text: str) -> int:
         return parse_size("size", text)
     except ConfigurationError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a size (bytes, or with a unit: 512, 1k, 2MB)") from None
+
+
+positive_size: Callable[[str], int] = _positive(lambda text: parse_size("size", text), "a size (bytes, or with a unit: "
+                                                "512, 1k, 2MB)", "positive_size")
+positive_duration: Callable[[str], float] = _positive(lambda text: parse_duration("duration", text),
+                                                      "a duration (500ms, 5s, 2min, 1h)", "positive_duration")
 
 
 _INTERVAL = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|millis|milliseconds?|s|secs?|seconds?|m|mins?|minutes?)?\s*$", re.I)

@@ -44,8 +44,10 @@ from _common import (
     emit,
     fmt_bool,
     main_guard,
+    positive_duration,
     positive_float,
     positive_int,
+    positive_size,
     run_query,
     start_session,
 )
@@ -63,8 +65,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--starting-position", choices=("earliest", "latest"), default="earliest",
                         help="where a subscription that does not exist yet is created (an existing one goes on "
                              "from its acknowledged position)")
-    parser.add_argument("--max-records-per-trigger", type=positive_int, metavar="N",
-                        help="admit about N messages per micro-batch (whole commits; default: all there are)")
+    limits = parser.add_argument_group("read limits (the flowqueue source's options of the same names)")
+    limits.add_argument("--max-records-per-trigger", type=positive_int, metavar="N",
+                        help="admit N messages per micro-batch, the last one fewer (default: all there are)")
+    limits.add_argument("--max-bytes-per-trigger", type=positive_size, metavar="SIZE",
+                        help="admit whole messages up to SIZE bytes per micro-batch, at least one ('10m', '1g')")
+    limits.add_argument("--min-records-per-trigger", type=positive_int, metavar="N",
+                        help="wait for N messages before a micro-batch, at most --max-trigger-delay")
+    limits.add_argument("--max-trigger-delay", type=positive_duration, metavar="DURATION",
+                        help="how long a micro-batch may wait for --min-records-per-trigger ('30s', '5min'; "
+                             "default 15min)")
     parser.add_argument("--output", required=True, metavar="PATH", help="the Delta table the messages are appended to")
     slow = parser.add_argument_group("throttling (a slow consumer, to watch flow control work)")
     slow.add_argument("--delay-per-message", type=positive_float, metavar="SECONDS",
@@ -75,7 +85,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="after --run-seconds (or at once without it), go on until the subscription's depth "
                              "is 0, then stop")
     add_run_options(parser, "consumer-<subscription>")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.max_trigger_delay is not None and args.min_records_per_trigger is None:
+        parser.error("argument --max-trigger-delay: needs --min-records-per-trigger (how long a micro-batch may "
+                     "wait for that many messages)")
+    return args
 
 
 def progress_line(queue: Queue) -> Callable[[FlowProgress], str]:
@@ -98,8 +112,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     queue.settings()  # the queue's recorded settings must hold
 
     options: dict[str, object] = {"startingPosition": args.starting_position}
-    if args.max_records_per_trigger:
-        options["maxRecordsPerTrigger"] = args.max_records_per_trigger
+    given = {"maxRecordsPerTrigger": args.max_records_per_trigger, "maxBytesPerTrigger": args.max_bytes_per_trigger,
+             "minRecordsPerTrigger": args.min_records_per_trigger,
+             "maxTriggerDelay": None if args.max_trigger_delay is None else f"{args.max_trigger_delay * 1000:g}ms"}
+    options.update({key: value for key, value in given.items() if value is not None})
     messages = read_queue(spark, args.queue, args.subscription, **options)
     checkpoint = args.checkpoint or posixpath.join(queue.state_location, "checkpoints", f"consumer-{args.subscription}")
     name = f"consumer_{args.subscription}"

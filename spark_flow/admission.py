@@ -2,21 +2,25 @@
 limits, as Spark's Kafka source (``maxOffsetsPerTrigger``, ``minOffsetsPerTrigger`` with
 ``maxTriggerDelay``, SPARK-35312) and its file source and Delta (``maxBytesPerTrigger``) define them.
 
-Positions are commit versions, so a batch is whole commits: as Delta's ``maxBytesPerTrigger``,
-at least one commit even when it alone exceeds a maximum (a batch never stops the queue), and the
-maxima together (a batch within every one). Spark 4.2's Python data source API has no composite
+Positions address a message inside a commit, so a batch takes exactly ``maxRecordsPerTrigger``
+messages (every batch full but the last), however the producers committed them, as Kafka's
+``maxOffsetsPerTrigger``; ``maxBytesPerTrigger`` admits whole messages up to the limit, at least
+one even when it alone exceeds it (a batch never stops the queue), with each message's bytes its
+share of its commit's size (:meth:`~spark_flow.ledger.Commit.size_of`); and the maxima together
+(a batch within every one). Spark 4.2's Python data source API has no composite
 read limit: the source hands Spark one limit and applies all of them here, unless Spark asks
 for everything available (``Trigger.Once``).
 """
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxBytes, ReadMaxRows, ReadMinRows
 
-from spark_flow.ledger import Commit
+from spark_flow.ledger import Commit, Position
 
 #: Kafka's default ``maxTriggerDelay``.
 DEFAULT_MAX_TRIGGER_DELAY = 15 * 60.0
@@ -46,24 +50,36 @@ class ReadLimits:
             return ReadMinRows(self.min_records)
         return ReadAllAvailable()
 
-    def end(self, commits: Sequence[Commit], waited: float, limit: ReadLimit) -> int | None:
-        """The last version the next batch takes of ``commits`` (oldest first), or None to take
-        nothing yet: none wait, or fewer than ``min_records`` and the last batch was ``waited``
-        seconds ago, less than ``max_trigger_delay``."""
+    def end(self, commits: Sequence[Commit], read: int, waited: float, limit: ReadLimit) -> Position | None:
+        """Where the next batch ends in ``commits`` (oldest first, the first one's first
+        ``read`` messages already read), or None to take nothing yet: none wait, or fewer than
+        ``min_records`` and the last batch was ``waited`` seconds ago, less than
+        ``max_trigger_delay``."""
         if not commits:
             return None
         if isinstance(limit, ReadAllAvailable):
-            return commits[-1].version
-        waiting = sum(c.count for c in commits)
-        if self.min_records is not None and waiting < self.min_records and waited < self.max_trigger_delay:
+            return Position(commits[-1].version)
+        waiting = sum(c.count for c in commits) - read
+        if waiting <= 0 or (self.min_records is not None and waiting < self.min_records
+                            and waited < self.max_trigger_delay):
             return None
-        end, rows, size = commits[0].version, 0, 0
+        end, rows, size = Position(commits[0].version - 1, read), 0, 0
         for commit in commits:
-            if rows and self._over(rows + commit.count, size + commit.size):
-                break
-            end, rows, size = commit.version, rows + commit.count, size + commit.size
+            first = end.index
+            last = self._last(commit, first, rows, size)
+            rows, size = rows + last - first, size + commit.size_of(last) - commit.size_of(first)
+            if last < commit.count:
+                return Position(commit.version - 1, last)
+            end = Position(commit.version)
         return end
 
-    def _over(self, rows: int, size: int) -> bool:
-        return (self.max_records is not None and rows > self.max_records) or (
-            self.max_bytes is not None and size > self.max_bytes)
+    def _last(self, commit: Commit, first: int, rows: int, size: int) -> int:
+        """How far into ``commit`` (from message ``first``) a batch holding ``rows`` messages of
+        ``size`` bytes goes within the maxima; at least one message into a batch still empty."""
+        last = commit.count
+        if self.max_records is not None:
+            last = min(last, first + self.max_records - rows)
+        if self.max_bytes is not None:
+            room = self.max_bytes - size + commit.size_of(first)  # size_of(last) may reach this
+            last = min(last, bisect.bisect_right(range(commit.count + 1), room, key=commit.size_of) - 1)
+        return max(last, first + 1) if rows == 0 and first < commit.count else max(last, first)

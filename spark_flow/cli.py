@@ -168,8 +168,8 @@ def _run(admin: FlowAdmin, args: argparse.Namespace, conf: dict[str, str]) -> No
         print(f"command {call(args.target)}: {args.command} {args.target!r}, applied by the controller")
     elif args.command == "subscriptions":
         rows = [sub.__dict__ for sub in admin.subscriptions(args.queue)]
-        _print_table(rows, [(k, k) for k in ("name", "position", "flow_stopped", "flow_stopped_count",
-                                              "last_transition", "discarded_count", "updated_at")])
+        _print_table(rows, [(k, k) for k in ("name", "position", "index", "flow_stopped",
+                                              "flow_stopped_count", "last_transition", "discarded_count", "updated_at")])
     elif args.command == "commands":
         rows = [{**c.__dict__, "settings": " ".join(f"{k}={v}" for k, v in c.settings.items())}
                 for c in admin.commands.read()]

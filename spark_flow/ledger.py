@@ -1,6 +1,7 @@
 """How many messages and bytes each commit of a queue table added, read from its Delta log.
 
-The depth of a subscription is the sum over the commits after its ack position. The ledger
+The depth of a subscription is the sum over the messages after its ack position (a
+:class:`Position`: a commit version and a message index inside the next commit). The ledger
 reads commit info (``userMetadata`` written by the sink, or the writer's ``operationMetrics``
 for plain Delta writers) with ``deltalake``, only for commits it has not seen yet, and keeps
 the commits not yet acknowledged by every subscription. So a depth costs the new commits since
@@ -52,6 +53,29 @@ class Depth:
         return max(0.0, (now_ms - self.oldest) / 1000) if self.oldest is not None else 0.0
 
 
+@dataclass(frozen=True, order=True)
+class Position:
+    """A place in a queue: every message through queue version ``version``, and the first
+    ``index`` messages of version ``version + 1`` in the commit's fixed order (see
+    :meth:`~spark_flow.queue.Queue.read`). ``index`` 0 is a whole-commit position, which is all
+    an offset or ack position written before positions had an index can be. A position whose
+    index reaches its commit's count is written as the next version's, so positions compare
+    as tuples."""
+
+    version: int
+    index: int = 0
+
+    @classmethod
+    def of(cls, position: Position | int) -> Position:
+        """A position given as one, or as a queue version (all of its messages)."""
+        return position if isinstance(position, Position) else cls(int(position))
+
+    @property
+    def reached(self) -> int:
+        """The newest version the position reaches into: ``version + 1`` when it is inside it."""
+        return self.version + 1 if self.index else self.version
+
+
 @dataclass(frozen=True)
 class Commit:
     """One commit of a queue table: its version, time (ms since epoch) and what it enqueued.
@@ -66,6 +90,18 @@ class Commit:
     query: str | None = None
     batch: int | None = None
     held: float = 0.0
+
+    def size_of(self, index: int) -> int:
+        """Bytes of the commit's first ``index`` messages. The log records a commit's size only
+        as a total (a message's size is a Spark expression of the producer's, or a plain
+        writer's file bytes), so each message is charged its share: the parts of a commit add
+        up to its size exactly, and a depth stays a sum over log metadata."""
+        return self.size * index // self.count if self.count else 0
+
+    def part(self, first: int, last: int) -> Depth:
+        """The commit's messages ``first <= i < last``, as a depth."""
+        count = last - first
+        return Depth(count, self.size_of(last) - self.size_of(first), self.timestamp if count else None)
 
 
 def commit_from_info(info: Mapping[str, Any]) -> Commit:
@@ -152,11 +188,13 @@ class Ledger:
             if self._table.version() == newest:
                 return infos
 
-    def depth(self, after: int, upto: int | None = None) -> Depth:
-        """Messages and bytes enqueued by the commits after ``after``, and the oldest one's time."""
-        total = Depth()
-        for commit in self.commits(after, upto):
-            total += Depth(commit.count, commit.size, commit.timestamp if commit.count else None)
+    def depth(self, after: Position | int, upto: int | None = None) -> Depth:
+        """Messages and bytes enqueued after position ``after`` through version ``upto``, and
+        the oldest one's time."""
+        after, total = Position.of(after), Depth()
+        for commit in self.commits(after.version, upto):
+            first = after.index if commit.version == after.version + 1 else 0
+            total += commit.part(first, commit.count)
         return total
 
     def forget(self, upto: int) -> None:

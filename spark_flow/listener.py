@@ -23,7 +23,7 @@ from spark_flow.home import Registry
 from spark_flow.ledger import Commit
 from spark_flow.names import normalize_path
 from spark_flow.queue import Queue, open_queue
-from spark_flow.source import flowqueue_offset
+from spark_flow.source import flowqueue_offset, offset_position
 from spark_flow.state import FlowState
 from spark_flow.storage import session_storage_options
 
@@ -51,7 +51,7 @@ class FlowProgress:
     flow_stopped_count: int
     held_seconds: float
     count: int = 0
-    position: int = -1
+    position: int = -1  # a consumer's: the queue version of the newest message it has read
 
 
 class FlowProgressListener(StreamingQueryListener):
@@ -192,11 +192,12 @@ class FlowProgressListener(StreamingQueryListener):
                 queue = open_queue(offset["queue"], self.storage_options)
                 latest = queue.refresh()
                 sub = queue.subscriptions.get(offset["subscription"])
-                depth = queue.ledger.depth(max(sub.position, int(offset["version"])), latest)
+                end = offset_position(offset)
+                depth = queue.ledger.depth(max(sub.acknowledged, end), latest)
                 found.append(FlowProgress(str(progress.id), progress.name, "consumer", queue.name, sub.name,
                                           progress.batchId, depth.count, depth.size, sub.flow_stopped,
                                           sub.flow_stopped_count, 0.0, int(source.numInputRows),
-                                          int(offset["version"])))
+                                          end.reached))
         return found
 
 

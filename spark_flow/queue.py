@@ -2,13 +2,14 @@
 
 A queue is an append-only Delta table with Change Data Feed on, its limits in ``flow.*`` table
 properties, and a subscriptions table beside it (``flow.stateLocation``). Positions are the
-table's commit versions: the queue's own log is the queue. :class:`Queue` needs no SparkSession
-(it reads the log with ``deltalake``), so the same code runs on the driver and in Python data
-source workers; :func:`declare` uses Spark, because catalog tables and DDL live there.
+table's commit versions with a message index inside a commit (:class:`~spark_flow.ledger.Position`):
+the queue's own log is the queue. :class:`Queue` needs no SparkSession (it reads the log with
+``deltalake``), so the same code runs on the driver and in Python data source workers; :func:`declare` uses Spark, because catalog tables and DDL live there.
 """
 
 from __future__ import annotations
 
+import bisect
 import json
 import logging
 import posixpath
@@ -38,7 +39,7 @@ from spark_flow.exceptions import (
 from spark_flow.history import HistoryTable
 from spark_flow.holds import HoldTable
 from spark_flow.home import HOME_CONF, Registry
-from spark_flow.ledger import METADATA_KEY, Depth, Ledger
+from spark_flow.ledger import METADATA_KEY, Commit, Depth, Ledger, Position
 from spark_flow.names import QueueRef, normalize_path, queue_name, queue_ref
 from spark_flow.overrides import OverrideTable
 from spark_flow.state import FlowState, Thresholds
@@ -58,7 +59,7 @@ STATE_LOCATION = "flow.stateLocation"
 #: The ``txnAppId`` of purge commits; its ``txnVersion`` is the queue version purged through.
 PURGE_APP_ID = "spark-flow/purge"
 
-Position = Literal["earliest", "latest"] | int
+StartingPosition = Literal["earliest", "latest"] | int
 
 
 class Queue:
@@ -173,7 +174,7 @@ class Queue:
         the version last read."""
         latest = self.refresh() if refresh else self._table.version()
         subs = self.subscriptions.list()
-        backlog = [(sub, self.ledger.depth(sub.position, latest)) for sub in subs]
+        backlog = [(sub, self.ledger.depth(sub.acknowledged, latest)) for sub in subs]
         if subs:
             self.ledger.forget(min(sub.position for sub in subs))
         return backlog
@@ -185,7 +186,7 @@ class Queue:
     def depth(self, subscription: str = DEFAULT_SUBSCRIPTION) -> Depth:
         """The depth of one subscription."""
         latest = self.refresh()
-        return self.ledger.depth(self.subscriptions.get(subscription).position, latest)
+        return self.ledger.depth(self.subscriptions.get(subscription).acknowledged, latest)
 
     def earliest_position(self) -> int:
         """The position before the oldest message the queue still keeps: the last purge's floor
@@ -194,7 +195,7 @@ class Queue:
         floor = self._table.transaction_version(PURGE_APP_ID)
         return -1 if floor is None else floor
 
-    def create_subscription(self, name: str, position: Position = "earliest") -> Subscription:
+    def create_subscription(self, name: str, position: StartingPosition = "earliest") -> Subscription:
         """Create subscription ``name`` (no-op if it exists) and return it.
 
         ``earliest`` starts at the oldest message still kept, ``latest`` after the newest one,
@@ -221,18 +222,21 @@ class Queue:
         """Drop subscription ``name``: it stops counting in the depth and holding producers."""
         self.subscriptions.drop(name)
 
-    def acknowledge(self, subscription: str, version: int, *, reader: str | None = None, discarded: int = 0) -> bool:
-        """Acknowledge every message up to queue ``version`` for ``subscription`` (monotonic);
-        True if the position moved. Every acknowledgement goes through here: consumers,
-        ring discards and the controller's eviction of a stalled subscription.
+    def acknowledge(self, subscription: str, position: Position | int, *, reader: str | None = None,
+                    discarded: int = 0) -> bool:
+        """Acknowledge every message up to ``position`` (a queue version: all of its messages)
+        for ``subscription`` (monotonic); True if the position moved. Every acknowledgement goes
+        through here: consumers, ring discards and the controller's eviction of a stalled
+        subscription.
 
-        A version the queue has not reached yet raises :class:`PositionOutOfRangeError`: it
+        A position the queue has not reached yet raises :class:`PositionOutOfRangeError`: it
         would acknowledge messages that were never delivered. ``reader``: the streaming query
         acknowledging (see :meth:`SubscriptionTable.claim`); ``discarded``: of the messages
         acknowledged, how many were skipped without delivery."""
-        if version > self._table.version() and version > self.refresh():
-            raise PositionOutOfRangeError(self.name, subscription, version, self._table.version())
-        return self.subscriptions.acknowledge(subscription, version, discarded=discarded, reader=reader)
+        position = Position.of(position)
+        if position.reached > self._table.version() and position.reached > self.refresh():
+            raise PositionOutOfRangeError(self.name, subscription, position.version, self._table.version())
+        return self.subscriptions.acknowledge(subscription, position, discarded=discarded, reader=reader)
 
     def transition(self, sub: Subscription, after: FlowState, depth: Depth, thresholds: Thresholds) -> bool:
         """Record ``sub``'s flow transition to ``after``, seen at ``depth``: a compare-and-set in
@@ -254,7 +258,8 @@ class Queue:
 
     def discard_oldest(self, settings: QueueSettings) -> dict[str, int]:
         """Ring policies: move each subscription deeper than the queue's max past its oldest
-        commits until it fits (the newest commit is always kept); return the messages discarded
+        messages until it holds exactly the max (Qpid's RING keeps the newest ``maxCount``,
+        even of one commit; the newest message is always kept); return the messages discarded
         per subscription."""
         limit = Depth(settings.max_count, settings.max_size)
         if not limit.count and not limit.size:
@@ -262,13 +267,19 @@ class Queue:
         latest = self._table.version()
         discarded = {}
         for sub, depth in self.backlog(refresh=False):
-            position, dropped = sub.position, 0
-            for commit in self.ledger.commits(sub.position, latest):
-                if not _over(depth, limit) or commit.version == latest:
+            position, dropped = sub.acknowledged, 0
+            for commit in self.ledger.commits(position.version, latest):
+                if not _over(depth, limit):
                     break
-                depth = Depth(depth.count - commit.count, depth.size - commit.size)
-                position, dropped = commit.version, dropped + commit.count
-            if position > sub.position:
+                first = position.index if commit.version == position.version + 1 else 0
+                last = _fewest_to_drop(commit, first, depth, limit)
+                if commit.version == latest:
+                    last = min(last, max(first, commit.count - 1))
+                gone = commit.part(first, last)
+                depth = Depth(depth.count - gone.count, depth.size - gone.size)
+                dropped += gone.count
+                position = Position(commit.version) if last == commit.count else Position(commit.version - 1, last)
+            if position > sub.acknowledged:
                 self.acknowledge(sub.name, position, discarded=dropped)
                 discarded[sub.name] = dropped
         return discarded
@@ -309,19 +320,32 @@ class Queue:
                    for p in paths]
         return removes, sum(int(live[p]["num_records"] or 0) for p in paths)
 
-    def read(self, after: int, upto: int) -> pa.Table:
-        """The messages enqueued by versions ``after < v <= upto``, with ``_position`` and
-        ``_enqueue_time`` (the commit's version and time), in enqueue order."""
+    def read(self, after: Position, upto: Position) -> pa.Table:
+        """The messages after position ``after`` up to position ``upto``, with ``_position``
+        and ``_enqueue_time`` (the commit's version and time), in enqueue order.
+
+        Inside a commit, messages are in the order of their content (every column): the
+        change feed returns a commit's files in no fixed order, and a position indexes the
+        commit's messages, so every read of a commit (the next batch's, a replay's, another
+        process's) must cut it at the same messages. A commit's messages have no order of their
+        own (the producer's write partitioned them) and two equal messages are
+        interchangeable, so the content's order is one every reader computes alike."""
+        import numpy as np
         import pyarrow as pa
         import pyarrow.compute as pc
 
         schema = self.schema()
         if upto <= after:
             return _message_schema(schema).empty_table()
-        changes = pa.table(self._table.load_cdf(starting_version=after + 1, ending_version=upto))
+        changes = pa.table(self._table.load_cdf(starting_version=after.version + 1, ending_version=upto.reached))
         changes = changes.cast(_plain(changes.schema))  # filter and take have no kernels for view types
         changes = changes.filter(pc.equal(changes["_change_type"], "insert"))
-        changes = changes.take(pc.sort_indices(changes["_commit_version"]))
+        changes = _in_commit_order(changes, schema.names)
+        versions = changes["_commit_version"].to_numpy()
+        index = np.arange(len(versions)) - np.searchsorted(versions, versions, side="left")  # inside its commit
+        keep = ~(((versions == after.version + 1) & (index < after.index))
+                 | ((versions == upto.version + 1) & (index >= upto.index)))
+        changes = changes.filter(pa.array(keep))
         columns = [changes[name].cast(field.type) for name, field in zip(schema.names, schema, strict=True)]
         columns.append(changes["_commit_version"].cast(pa.int64()))
         columns.append(changes["_commit_timestamp"].cast(pa.timestamp("us", tz="UTC")))
@@ -350,8 +374,45 @@ def _report_difference(settings: QueueSettings, name: str, key: str, raw: Any) -
                 settings.values[name], settings.origins[name], settings.queue, name, raw)
 
 
+def _in_commit_order(changes: pa.Table, names: list[str]) -> pa.Table:
+    """``changes`` by commit version, then by message content (see :meth:`Queue.read`). Columns
+    Arrow cannot sort (lists, maps) are compared by their values' ``repr``."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    keys, columns = [("_commit_version", "ascending")], {"_commit_version": changes["_commit_version"]}
+    for i, name in enumerate(names):
+        column = changes[name]
+        if not _sortable(column.type):
+            column = pa.array([repr(v) for v in column.to_pylist()], pa.string())
+        columns[f"k{i}"] = column
+        keys.append((f"k{i}", "ascending"))
+    return changes.take(pc.sort_indices(pa.table(columns), sort_keys=keys))
+
+
+def _sortable(kind: pa.DataType) -> bool:
+    """Whether Arrow's sort takes a column of this type."""
+    import pyarrow as pa
+
+    if pa.types.is_struct(kind):
+        return all(_sortable(kind.field(i).type) for i in range(kind.num_fields))
+    return not (pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind)
+                or pa.types.is_map(kind) or pa.types.is_union(kind) or pa.types.is_list_view(kind)
+                or pa.types.is_large_list_view(kind))
+
+
 def _over(depth: Depth, limit: Depth) -> bool:
     return bool((limit.count and depth.count > limit.count) or (limit.size and depth.size > limit.size))
+
+
+def _fewest_to_drop(commit: Commit, first: int, depth: Depth, limit: Depth) -> int:
+    """The end of the fewest of ``commit``'s messages from ``first`` on whose discard brings
+    ``depth`` within ``limit`` (the whole commit if even that does not)."""
+    def fits(last: int) -> bool:
+        gone = commit.part(first, last)
+        return not _over(Depth(depth.count - gone.count, depth.size - gone.size), limit)
+
+    return min(bisect.bisect_left(range(first, commit.count + 1), True, key=fits) + first, commit.count)
 
 
 def _message_schema(schema: pa.Schema) -> pa.Schema:

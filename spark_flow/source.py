@@ -1,8 +1,11 @@
 """The ``flowqueue`` streaming source: a subscription's messages, read in enqueue order.
 
-Offsets are queue (Delta commit) versions: ``{"version": v, "queue": path, "subscription": name}``
-means every message up to version ``v`` (the offset names queue and subscription, as Kafka's
-name their topics, so query progress says what a consumer reads). Acknowledging moves the
+Offsets are queue positions: ``{"version": v, "index": i, "queue": path, "subscription": name}``
+means every message through queue (Delta commit) version ``v`` and the first ``i`` messages of
+version ``v + 1`` (:class:`~spark_flow.ledger.Position`), so a micro-batch can end inside a
+commit; an offset without ``index`` (a checkpoint written before offsets had one) means the
+whole of version ``v``. The offset names queue and subscription, as Kafka's name their topics, so
+query progress says what a consumer reads. Acknowledging moves the
 subscription's position in ``commit(end)`` and also in ``latestOffset(start, ...)``: Spark
 commits a batch to its source only when the next batch starts, and when ``latestOffset`` is
 called with ``start``, every batch up to ``start`` is complete (its commit log entry is
@@ -39,6 +42,7 @@ from spark_flow.admission import DEFAULT_MAX_TRIGGER_DELAY, ReadLimits
 from spark_flow.config import parse_count, parse_duration, parse_size, split_options
 from spark_flow.exceptions import ConfigurationError, ProducerSettingError
 from spark_flow.gate import Gate
+from spark_flow.ledger import Position
 from spark_flow.queue import open_queue
 from spark_flow.storage import storage_options
 from spark_flow.subscriptions import DEFAULT_SUBSCRIPTION
@@ -123,13 +127,18 @@ def flowqueue_offset(text: str | None) -> dict | None:
     return offset if isinstance(offset, dict) and {"queue", "subscription", "version"} <= offset.keys() else None
 
 
+def offset_position(offset: Mapping[str, Any]) -> Position:
+    """The queue position of a flowqueue offset."""
+    return Position(int(offset["version"]), int(offset.get("index") or 0))
+
+
 @dataclass(frozen=True)
-class VersionRange(InputPartition):
-    """Messages of queue versions ``after < v <= upto``."""
+class MessageRange(InputPartition):
+    """The messages after position ``after`` up to position ``upto``."""
 
     path: str
-    after: int
-    upto: int
+    after: Position
+    upto: Position
     storage_options: Mapping[str, str]
 
 
@@ -140,10 +149,11 @@ class FlowQueueDataSource(DataSource):
     -------
     queue : the queue table's path (``spark_flow.read_queue`` resolves catalog names).
     subscription : default ``default``.
-    maxRecordsPerTrigger : admit at most this many messages per micro-batch (whole commits; a
-        commit larger than the limit is admitted alone).
+    maxRecordsPerTrigger : admit this many messages per micro-batch, fewer only when fewer wait
+        (a batch may end inside a commit), as Kafka's ``maxOffsetsPerTrigger``.
     maxBytesPerTrigger : admit at most this many bytes of messages per micro-batch (``10m``,
-        ``1g``; whole commits as above), as Delta's and the file source's option.
+        ``1g``), whole messages, at least one (each message counts its share of its commit's
+        size), as Delta's and the file source's option.
     minRecordsPerTrigger : hold a micro-batch back until this many messages wait, for at most
         ``maxTriggerDelay`` (default 15m) since the last batch, as Kafka's
         ``minOffsetsPerTrigger``. Not waited for under ``Trigger.AvailableNow``, whose end is
@@ -200,9 +210,9 @@ class FlowQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             return queue.create_subscription(name, self.settings.starting_position)
         return queue.subscriptions.get(name)
 
-    def _offset(self, version: int) -> dict:
-        return {"version": version, "queue": self.settings.queue, "subscription": self.settings.subscription,
-                "reader": self._reader}
+    def _offset(self, position: Position) -> dict:
+        return {"version": position.version, "index": position.index, "queue": self.settings.queue,
+                "subscription": self.settings.subscription, "reader": self._reader}
 
     def _claim(self) -> None:
         """Hold the subscription for this query, renewed a few times per ``readerTimeout``."""
@@ -216,14 +226,14 @@ class FlowQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         Returns
         -------
         dict
-            The offset of that queue version (created first with ``startingPosition``).
+            The offset of that position (created first with ``startingPosition``).
 
         Notes
         -----
         No claim here: Spark asks for it on a restart too, then starts from the checkpoint's
         offsets, whose reader id :meth:`latestOffset` adopts and claims.
         """
-        return self._offset(self._subscription().position)
+        return self._offset(self._subscription().acknowledged)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         """The source's read limits as Spark's one ``ReadLimit`` (``ReadMaxRows``,
@@ -244,14 +254,14 @@ class FlowQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             Where the next batch starts: the end of the last batch Spark planned.
         limit : ReadLimit
             ``ReadAllAvailable`` admits everything; any other, the source's read limits
-            (:class:`~spark_flow.admission.ReadLimits`), over whole commits.
+            (:class:`~spark_flow.admission.ReadLimits`), message by message.
 
         Returns
         -------
         dict
             ``start`` itself while there is nothing new, a downstream queue is stopped (the
             consumer is held back by backpressure) or a minimum is waited for, else the offset
-            of the last admitted version.
+            after the last admitted message.
 
         Notes
         -----
@@ -263,21 +273,22 @@ class FlowQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         queue, name = self._queue, self.settings.subscription
         self._reader = start.get("reader", self._reader)
         self._claim()
-        position = queue.subscriptions.get(name).position  # ahead of start when a ring discarded
-        if start["version"] > position:  # every batch up to start is complete
-            queue.acknowledge(name, start["version"], reader=self._reader)
+        begin = offset_position(start)
+        position = queue.subscriptions.get(name).acknowledged  # ahead of start when a ring discarded
+        if begin > position:  # every batch up to start is complete
+            queue.acknowledge(name, begin, reader=self._reader)
         latest = queue.refresh()
         if self._target is not None:
             latest = min(latest, self._target)
-        after = max(start["version"], position)
-        if latest <= after or self._downstream_stopped():
+        after = max(begin, position)
+        if latest <= after.version or self._downstream_stopped():
             return start
         waited = math.inf if self._target is not None else time.monotonic() - self._last_batch
-        end = self.settings.limits.end(queue.ledger.commits(after, latest), waited, limit)
+        end = self.settings.limits.end(queue.ledger.commits(after.version, latest), after.index, waited, limit)
         if end is None:
             return start
         self._last_batch = time.monotonic()
-        return self._offset(max(end, start["version"]))
+        return self._offset(end)
 
     def _downstream_stopped(self) -> bool:
         """Whether a downstream queue is flow-stopped. This stage writes those queues, so at its
@@ -295,29 +306,34 @@ class FlowQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     def reportLatestOffset(self) -> dict:
         """The queue's newest version, for query progress (``latestOffset`` in the source's metrics)."""
-        return self._offset(self._queue.refresh())
+        return self._offset(Position(self._queue.refresh()))
 
-    def partitions(self, start: dict, end: dict) -> list[VersionRange]:
-        """Split the versions ``start < v <= end`` into up to ``maxPartitions`` read tasks.
+    def partitions(self, start: dict, end: dict) -> list[MessageRange]:
+        """Split the messages from ``start`` to ``end`` into up to ``maxPartitions`` read tasks,
+        at commit boundaries.
 
         A ring queue may have moved the subscription past ``start`` (it discarded the oldest
-        messages): those versions are not read.
+        messages): those are not read.
         """
-        position = self._queue.subscriptions.get(self.settings.subscription).position
-        after, upto = max(start["version"], position), end["version"]
+        position = self._queue.subscriptions.get(self.settings.subscription).acknowledged
+        after, upto = max(offset_position(start), position), offset_position(end)
         if upto <= after:
             return []
-        parts = min(self.settings.max_partitions, upto - after)
-        bounds = [after + (upto - after) * i // parts for i in range(parts + 1)]
-        return [VersionRange(self.settings.queue, lo, hi, self.settings.storage_options) for lo, hi in itertools.pairwise(bounds) if hi > lo]
+        span = upto.version - after.version
+        parts = max(1, min(self.settings.max_partitions, span))
+        inner = [Position(after.version + span * i // parts) for i in range(1, parts)]
+        bounds = [after, *inner, upto]
+        return [MessageRange(self.settings.queue, lo, hi, self.settings.storage_options)
+                for lo, hi in itertools.pairwise(bounds) if hi > lo]
 
-    def read(self, partition: VersionRange) -> Iterator[pa.RecordBatch]:
-        """The messages of one task's versions, from the queue's change feed, in enqueue order."""
+    def read(self, partition: MessageRange) -> Iterator[pa.RecordBatch]:
+        """The messages of one task, from the queue's change feed, in enqueue order."""
         yield from open_queue(partition.path, partition.storage_options).read(partition.after, partition.upto).to_batches()
 
     def commit(self, end: dict) -> None:
         """Acknowledge up to ``end``: Spark has completed the batch ending there."""
-        self._queue.acknowledge(self.settings.subscription, end["version"], reader=end.get("reader", self._reader))
+        self._queue.acknowledge(self.settings.subscription, offset_position(end),
+                                reader=end.get("reader", self._reader))
 
 
 

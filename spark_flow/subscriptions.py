@@ -1,7 +1,8 @@
 """The subscriptions of one queue: ack positions and flow state, in a small Delta table.
 
-One row per subscription. Consumers move ``position`` forward (the last queue version they
-acknowledged), gates record flow transitions. Every change is a MERGE into a
+One row per subscription. Consumers move its ack position forward (``position``, the last
+queue version they acknowledged whole, and ``index``, the messages of the next version they
+acknowledged too), gates record flow transitions. Every change is a MERGE into a
 :class:`~spark_flow.tables.StateTable` whose monotonic or compare-and-set predicate makes a
 replayed or raced update harmless: no lock, and no SparkSession (it runs in Python data source
 workers).
@@ -17,7 +18,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from spark_flow.exceptions import QueueNotFoundError, SubscriptionInUseError, SubscriptionNotFoundError
-from spark_flow.tables import StateTable, sql_string
+from spark_flow.ledger import Position
+from spark_flow.tables import StateTable, retry_commit, sql_string
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -44,10 +46,18 @@ class Subscription:
     reader: str | None = None
     reader_seen: datetime | None = None
     reader_process: str | None = None
+    index: int = 0
 
     def __post_init__(self) -> None:
         if isinstance(self.downstream, str) or self.downstream is None:  # as the table keeps it
             object.__setattr__(self, "downstream", tuple(p for p in (self.downstream or "").split(",") if p))
+        if self.index is None:  # a row from before positions had an index
+            object.__setattr__(self, "index", 0)
+
+    @property
+    def acknowledged(self) -> Position:
+        """The ack position: every message up to here is acknowledged."""
+        return Position(self.position, self.index)
 
 
 def _schema() -> pa.Schema:
@@ -68,6 +78,7 @@ def _schema() -> pa.Schema:
             pa.field("reader", pa.string()),
             pa.field("reader_seen", ts),
             pa.field("reader_process", pa.string()),
+            pa.field("index", pa.int64()),
         ]
     )
 
@@ -106,6 +117,7 @@ class SubscriptionTable:
         self.queue = queue
         self._table = StateTable(location, storage_options)
         self._listed: tuple[int, list[Subscription]] = (-1, [])  # the last list read, by table version
+        self._has_index = False
 
     def create_table(self) -> bool:
         """Create the table if it is not there yet; True if this call created it."""
@@ -131,9 +143,10 @@ class SubscriptionTable:
         raise SubscriptionNotFoundError(self.queue, name, [s.name for s in self.list()])
 
     def create(self, name: str, position: int) -> bool:
-        """Create a subscription acknowledged up to ``position``; False if it already existed."""
+        """Create a subscription acknowledged up to queue version ``position``; False if it
+        already existed."""
         now = datetime.now(UTC)
-        row = {"name": name, "position": position, "flow_stopped": False, "flow_stopped_count": 0,
+        row = {"name": name, "position": position, "index": 0, "flow_stopped": False, "flow_stopped_count": 0,
                "last_transition": None, "discarded_count": 0, "created_at": now, "updated_at": now}
         inserted = self._merge(row, lambda m: m.when_not_matched_insert(
             {key: f"s.{key}" for key in row}
@@ -145,16 +158,20 @@ class SubscriptionTable:
         self.get(name)
         self._table.delete(f"name = {sql_string(name)}")
 
-    def acknowledge(self, name: str, position: int, discarded: int = 0, reader: str | None = None) -> bool:
-        """Move ``name`` forward to ``position``, never backward; True if it moved.
+    def acknowledge(self, name: str, position: Position | int, discarded: int = 0, reader: str | None = None) -> bool:
+        """Move ``name`` forward to ``position`` (a queue version: all of its messages), never
+        backward; True if it moved.
 
         ``discarded`` counts messages skipped without delivery (ring queues). A ``reader`` (a
         streaming query, see :meth:`claim`) acknowledges only while it holds the subscription:
         a reader another took over raises instead of moving a position it no longer owns.
         """
-        row = {"name": name, "position": position, "discarded": discarded, "now": datetime.now(UTC)}
-        update = {"position": "s.position", "updated_at": "s.now", "discarded_count": "t.discarded_count + s.discarded"}
-        predicate = "s.position > t.position"
+        position = Position.of(position)
+        row = {"name": name, "position": position.version, "index": position.index, "discarded": discarded,
+               "now": datetime.now(UTC)}
+        update = {"position": "s.position", "index": "s.index", "updated_at": "s.now",
+                  "discarded_count": "t.discarded_count + s.discarded"}
+        predicate = "(s.position > t.position OR (s.position = t.position AND s.index > coalesce(t.index, 0)))"
         if reader is not None:
             row["reader"] = reader
             update |= {"reader": "s.reader", "reader_seen": "s.now"}
@@ -214,8 +231,26 @@ class SubscriptionTable:
         ))
         return metrics["num_target_rows_updated"] > 0
 
+    def _add_index(self) -> None:
+        """Add the ``index`` column to a table an older spark-flow created (its rows read as
+        index 0: whole-commit positions)."""
+        from deltalake import Field
+
+        if self._has_index:
+            return
+        table = self._table.open()
+        if table is not None and "index" not in table.schema().to_arrow().names:
+            def attempt() -> None:
+                current = self._table.open()
+                if current is not None and "index" not in current.schema().to_arrow().names:
+                    current.alter.add_columns([Field("index", "long", nullable=True)])
+
+            retry_commit(attempt)
+        self._has_index = True
+
     def _merge(self, row: dict[str, Any], clauses: Callable[[TableMerger], TableMerger]) -> dict[str, Any]:
         """MERGE one row keyed by name."""
         import pyarrow as pa
 
+        self._add_index()
         return self._table.merge(pa.Table.from_pylist([row]), "t.name = s.name", clauses)

@@ -44,7 +44,7 @@ def test_commands_are_appended_in_order(home: str, capsys: pytest.CaptureFixture
                                                          ["start-producers", ">"]]
     assert "stopCount=50 resumeCount=20" in lines[1]
     assert main(["--home", home, "subscriptions", "orders.eu"]) == 0
-    assert capsys.readouterr().out.splitlines()[1].split()[:4] == ["default", "-1", "false", "0"]
+    assert capsys.readouterr().out.splitlines()[1].split()[:5] == ["default", "-1", "0", "false", "0"]
 
 
 @pytest.mark.parametrize(("argv", "message"), [

@@ -32,7 +32,8 @@ def properties(path: Path) -> dict[str, str]:
     ("producer", ["--queue", "--source", "--rate", "--message-size", "--path", "--format", "--from-queue",
                   "--capacity", "--on-full", "--trigger", "--checkpoint", "--run-seconds", "--name", "--schema",
                   "--available-now"]),
-    ("consumer", ["--queue", "--subscription", "--starting-position", "--max-records-per-trigger", "--output",
+    ("consumer", ["--queue", "--subscription", "--starting-position", "--max-records-per-trigger",
+                  "--max-bytes-per-trigger", "--min-records-per-trigger", "--max-trigger-delay", "--output",
                   "--delay-per-message", "--rows-per-second", "--trigger", "--checkpoint", "--run-seconds",
                   "--until-empty"]),
 ])
@@ -51,6 +52,20 @@ def test_bad_option_names_it(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert "--rate" in result.stderr and "'fast'" in result.stderr
     assert not (tmp_path / "q").exists()
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--max-bytes-per-trigger", "0"], "argument --max-bytes-per-trigger: '0' is not > 0"),
+    (["--max-bytes-per-trigger", "lots"], "argument --max-bytes-per-trigger: 'lots' is not a size"),
+    (["--max-trigger-delay", "5s"], "argument --max-trigger-delay: needs --min-records-per-trigger"),
+])
+def test_bad_read_limit_names_it(tmp_path: Path, args: list[str], message: str) -> None:
+    """The consumer's read limits are checked before a session starts."""
+    result = subprocess.run([sys.executable, str(JOBS / "consumer.py"), "--queue", str(tmp_path / "q"),
+                             "--output", str(tmp_path / "out"), *args], capture_output=True, text=True,
+                            timeout=120, check=False)
+    assert result.returncode == 2
+    assert message in result.stderr, result.stderr
 
 
 @pytest.mark.e2e
@@ -100,9 +115,12 @@ def test_producer_is_held_then_the_consumer_drains_the_queue(tmp_path: Path, ses
 
     consumer = spark_submit(
         "consumer", "--queue", str(path), "--output", str(output), "--max-records-per-trigger", "10",
-        "--rows-per-second", "50", "--trigger", "500ms", "--until-empty", remote=remote)
+        "--max-bytes-per-trigger", "500", "--rows-per-second", "50", "--trigger", "500ms", "--until-empty",
+        remote=remote)
     assert consumer.returncode == 0, failure(consumer)
     lines = progress(consumer.stdout, "consumer")
+    # 100-byte messages within 500 bytes (the tighter limit): batches of 5, all full but the last
+    assert [int(line["consumed"]) for line in lines[:-1]] == [5] * (len(lines) - 1), failure(consumer)
     assert sum(int(line["consumed"]) for line in lines) == enqueued.num_rows, failure(consumer)
     assert lines[-1]["depth"] == "0", failure(consumer)
     consumed = DeltaTable(str(output)).to_pyarrow_table(columns=["id"]).column("id").to_pylist()

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 
-from spark_flow.ledger import METADATA_KEY, Commit, Depth, Ledger, commit_from_info
+from spark_flow.ledger import METADATA_KEY, Commit, Depth, Ledger, Position, commit_from_info
 
 TIMESTAMP = 1795336486014
 
@@ -159,6 +159,20 @@ def test_ledger_reads_sink_and_plain_commits_from_a_real_log(tmp_path: Path) -> 
     assert ledger.depth(after=0) == Depth(7, 27)
     assert ledger.depth(after=0, upto=1) == Depth(3, 27)
     assert ledger.depth(after=2) == Depth()
+    assert ledger.depth(after=Position(0, 1)) == Depth(6, 18), "inside version 1: 2 of its 3 messages wait"
+    assert ledger.depth(after=Position(0, 3)) == ledger.depth(after=1)
+
+
+def test_a_commit_is_shared_out_by_message() -> None:
+    """A commit's size is known only as a total: a part of it is charged its share, so its parts
+    add up to the whole, whatever the cut."""
+    commit = Commit(5, 1000, 7, 100)
+    assert [commit.size_of(i) for i in range(8)] == [0, 14, 28, 42, 57, 71, 85, 100]
+    assert commit.part(0, 3) + commit.part(3, 7) == Depth(7, 100)
+    assert commit.part(2, 2) == Depth(0, 0) and commit.part(2, 2).oldest is None
+    assert Commit(6, 0, 0, 0).size_of(0) == 0
+    assert Position(3, 2) > Position(3, 1) > Position(3) > Position(2, 999)
+    assert (Position(3, 2).reached, Position(3).reached, Position.of(4)) == (4, 3, Position(4, 0))
 
 
 def test_ledger_sees_new_commits_only_after_refresh(tmp_path: Path) -> None:

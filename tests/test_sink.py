@@ -31,7 +31,7 @@ from spark_flow.exceptions import (
     SchemaMismatchError,
 )
 from spark_flow.gate import Gate
-from spark_flow.ledger import METADATA_KEY, Depth
+from spark_flow.ledger import METADATA_KEY, Depth, Position
 from spark_flow.queue import Queue, declare, open_queue
 from spark_flow.sink import TXN_SPAN, QueueSink
 
@@ -421,8 +421,24 @@ def test_ring_discards_the_oldest_messages_for_the_subscription(spark: SparkSess
     assert sub.position >= commits[0]
     assert sub.discarded_count == 10
     assert not sub.flow_stopped and sub.flow_stopped_count == 0
-    kept = queue.read(sub.position, queue.refresh())
+    kept = queue.read(sub.acknowledged, Position(queue.refresh()))
     assert sorted(kept.column("id").to_pylist()) == list(range(10, 30))
+
+
+def test_ring_keeps_exactly_its_max_of_one_commit(spark: SparkSession, tmp_path: Path) -> None:
+    """maxCount 250 and one commit of 1,000 (Qpid's RING keeps the newest 250): the subscription
+    moves 750 messages into the commit, its depth is exactly 250, 750 are counted as discarded,
+    and what it reads next is the commit's last 250 messages (in its fixed order: by content)."""
+    path = str(tmp_path / "q")
+    queue = declare(spark, path, SCHEMA, settings={"policy": "ring", "maxCount": 250})
+    QueueSink(path, app_id="p")(messages(spark, range(1000)).repartition(3), 0)
+
+    [(version, count, size)] = sink_commits(path)
+    sub = queue.subscriptions.get("default")
+    assert (count, sub.acknowledged, sub.discarded_count) == (1000, Position(version - 1, 750), 750)
+    assert queue.depths()["default"] == Depth(250, size - size * 750 // 1000)
+    kept = queue.read(sub.acknowledged, Position(version))
+    assert kept.column("id").to_pylist() == list(range(750, 1000))
 
 
 def test_ring_strict_rejects_a_batch_larger_than_the_queue(spark: SparkSession, tmp_path: Path) -> None:

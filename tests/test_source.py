@@ -19,19 +19,22 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 from streams import wait_until
 
-from spark_flow.ledger import Depth
+from spark_flow.ledger import Depth, Position
 from spark_flow.queue import Queue, declare
 from spark_flow.sink import QueueSink
-from spark_flow.source import read_queue
+from spark_flow.source import offset_position, read_queue
 
 SCHEMA = "id BIGINT, body STRING"
 TIMEOUT = 90
 
 
-def append(spark: SparkSession, queue: Queue, first: int, count: int) -> int:
-    """One plain delta-spark append of messages ``first..first+count-1``; return its version."""
+def append(spark: SparkSession, queue: Queue, first: int, count: int, files: int = 1) -> int:
+    """One plain delta-spark append of messages ``first..first+count-1`` (in ``files`` files
+    of shuffled rows); return its version."""
     rows = [(i, f"m{i}") for i in range(first, first + count)]
-    spark.createDataFrame(rows, SCHEMA).write.format("delta").mode("append").save(queue.path)
+    frame = spark.createDataFrame(rows, SCHEMA)
+    frame = frame.repartition(files) if files > 1 else frame
+    frame.write.format("delta").mode("append").save(queue.path)
     return queue.refresh()
 
 
@@ -107,17 +110,51 @@ def test_read_everything_then_acknowledged(spark: SparkSession, queue: Queue, tm
 
 
 def test_max_records_per_trigger(spark: SparkSession, queue: Queue, tmp_path: Path) -> None:
-    """Commits of 10 messages with a limit of 20: batches of at most 20, whole commits; a
-    commit larger than the limit comes alone."""
-    for i in range(5):
-        append(spark, queue, 10 * i, 10)
-    last = append(spark, queue, 50, 30)
-    query, out = consume(read_queue(spark, queue.path, maxRecordsPerTrigger=20), tmp_path / "chk")
+    """maxRecordsPerTrigger 120 over commits of 1,000 (in 3 files), 37 and 500 messages:
+    batches of exactly 120, all full but the last, every message once and in enqueue order;
+    batches end inside commits, and offsets say where."""
+    append(spark, queue, 0, 1000, files=3)
+    append(spark, queue, 1000, 37)
+    last = append(spark, queue, 1037, 500)
+    seen = consume_batches(read_queue(spark, queue.path, maxRecordsPerTrigger=120), tmp_path / "chk")
 
-    rows = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
-    assert rows == [20, 20, 10, 30]
-    assert out.count() == 80
-    assert queue.subscriptions.get("default").position == last
+    assert [len(ids) for _batch, ids in seen] == [120] * 12 + [97]
+    assert [i for _batch, ids in seen for i in ids] == list(range(1537))
+    offsets = [json.loads(line) for line in (tmp_path / "chk" / "offsets" / "0").read_text().splitlines()[2:]]
+    assert (offsets[0]["version"], offsets[0]["index"]) == (last - 3, 120), "120 messages into the first commit"
+    assert queue.subscriptions.get("default").acknowledged == Position(last)
+    assert queue.depths() == {"default": Depth(0, 0)}
+
+
+def test_a_batch_inside_a_commit_is_replayed_exactly(spark: SparkSession, queue: Queue, tmp_path: Path) -> None:
+    """One commit of 1,000 messages in 4 files, 120 at a time; the consumer fails in its third
+    batch. The ack position is inside the commit, after the 240 messages delivered. Restarted
+    from the checkpoint, Spark replays the third batch with its logged offsets: the very same
+    120 messages, and every message is delivered once."""
+    version = append(spark, queue, 0, 1000, files=4)
+    attempts: dict[int, list[list[int]]] = {}
+
+    def fail_third(batch: DataFrame, batch_id: int) -> None:
+        attempts.setdefault(batch_id, []).append(sorted(row.id for row in batch.select("id").collect()))
+        if batch_id == 2 and len(attempts[2]) == 1:
+            raise RuntimeError("consumer failed")
+
+    with pytest.raises(PySparkException, match="consumer failed"):
+        consume_batches(read_queue(spark, queue.path, maxRecordsPerTrigger=120), tmp_path / "chk", fail_third)
+    assert queue.subscriptions.get("default").acknowledged == Position(version - 1, 240)
+    assert queue.depth() == Depth(760, queue.ledger.commits(version - 1)[0].part(240, 1000).size)
+
+    seen = consume_batches(read_queue(spark, queue.path, maxRecordsPerTrigger=120), tmp_path / "chk", fail_third)
+    assert attempts[2][0] == attempts[2][1], "the replay read another slice of the commit"
+    delivered = [i for _batch, ids in seen for i in ids] + [i for b in (0, 1) for i in attempts[b][0]]
+    assert sorted(delivered) == list(range(1000))
+    assert queue.depths() == {"default": Depth(0, 0)}
+
+
+def test_an_offset_without_index_is_the_whole_commit() -> None:
+    """Checkpoints written before offsets had an index go on where they were: after the commit."""
+    assert offset_position({"version": 7, "queue": "/q", "subscription": "default"}) == Position(7)
+    assert offset_position({"version": 7, "index": 3, "queue": "/q", "subscription": "default"}) == Position(7, 3)
 
 
 def enqueue(spark: SparkSession, queue: Queue, first: int, count: int) -> None:
@@ -127,20 +164,26 @@ def enqueue(spark: SparkSession, queue: Queue, first: int, count: int) -> None:
 
 
 def test_max_bytes_per_trigger(spark: SparkSession, queue: Queue, tmp_path: Path) -> None:
-    """Commits of 300, 300, 200, 1500 and 100 bytes: with a limit of 700 bytes each batch is whole
-    commits within it, and the 1500-byte commit comes alone. With a Spark-style ``1k`` and
-    ``maxRecordsPerTrigger`` 5 too, a batch stays within both."""
+    """Commits of 300, 300, 200, 1500 and 100 bytes of 100-byte messages: with a limit of 750
+    bytes each batch is 7 whole messages, across and inside commits. With a Spark-style ``1k``
+    and ``maxRecordsPerTrigger`` 5 too, a batch stays within both; with 50 bytes, a message
+    larger than the limit comes alone."""
     for first, count in ((0, 3), (3, 3), (6, 2), (8, 15), (23, 1)):
         enqueue(spark, queue, first, count)
 
-    seen = consume_batches(read_queue(spark, queue.path, maxBytesPerTrigger=700), tmp_path / "c1")
-    assert [100 * len(ids) for _batch, ids in seen] == [600, 200, 1500, 100]
+    seen = consume_batches(read_queue(spark, queue.path, maxBytesPerTrigger=750), tmp_path / "c1")
+    assert [100 * len(ids) for _batch, ids in seen] == [700, 700, 700, 300]
     assert [i for _batch, ids in seen for i in ids] == list(range(24))
 
     queue.create_subscription("both", "earliest")
     stream = read_queue(spark, queue.path, subscription="both", maxBytesPerTrigger="1k", maxRecordsPerTrigger=5)
-    assert [len(ids) for _batch, ids in consume_batches(stream, tmp_path / "c2")] == [3, 5, 15, 1]
+    assert [len(ids) for _batch, ids in consume_batches(stream, tmp_path / "c2")] == [5, 5, 5, 5, 4]
     assert queue.depths() == {"default": Depth(0, 0), "both": Depth(0, 0)}
+
+    small = declare(spark, str(tmp_path / "small"), SCHEMA)
+    enqueue(spark, small, 0, 3)
+    seen = consume_batches(read_queue(spark, small.path, maxBytesPerTrigger=50), tmp_path / "c3")
+    assert [ids for _batch, ids in seen] == [[0], [1], [2]]
 
 
 def test_min_records_per_trigger_waits_at_most_max_trigger_delay(spark: SparkSession, queue: Queue,

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
+from deltalake import write_deltalake
 
 from spark_flow.exceptions import SubscriptionInUseError, SubscriptionNotFoundError
-from spark_flow.subscriptions import SubscriptionTable
+from spark_flow.ledger import Position
+from spark_flow.subscriptions import SubscriptionTable, _schema
 
 
 @pytest.fixture
@@ -35,6 +38,31 @@ def test_acknowledge_moves_forward_only_and_counts_discarded(subs: SubscriptionT
     assert subs.acknowledge("default", 8, discarded=1)
     sub = subs.get("default")
     assert (sub.position, sub.discarded_count) == (8, 3)
+
+
+def test_acknowledge_inside_a_commit(subs: SubscriptionTable) -> None:
+    """A position inside a commit is after the version before it and before the version itself."""
+    subs.create("default", 4)
+    assert subs.acknowledge("default", Position(4, 120))
+    assert not subs.acknowledge("default", Position(4, 100)), "never backward inside a commit"
+    assert not subs.acknowledge("default", 4), "nor to the commit before"
+    assert subs.acknowledge("default", Position(4, 240))
+    assert subs.acknowledge("default", 5)
+    assert subs.get("default").acknowledged == Position(5, 0)
+
+
+def test_a_table_without_index_reads_whole_commit_positions_and_takes_one(tmp_path: Path) -> None:
+    """Subscriptions an older spark-flow wrote (no ``index`` column) are at whole commits; the
+    first acknowledgement inside a commit adds the column."""
+    location = str(tmp_path / "subscriptions")
+    old = _schema().remove(_schema().get_field_index("index"))
+    write_deltalake(location, pa.Table.from_pylist(
+        [{"name": "default", "position": 3, "flow_stopped": False, "flow_stopped_count": 0, "discarded_count": 0}],
+        schema=old))
+    subs = SubscriptionTable(location, "q")
+    assert subs.get("default").acknowledged == Position(3)
+    assert subs.acknowledge("default", Position(3, 7))
+    assert subs.get("default").acknowledged == Position(3, 7)
 
 
 def test_get_and_acknowledge_an_unknown_subscription_name_the_known_ones(subs: SubscriptionTable) -> None:
