@@ -18,7 +18,7 @@ from test_readme import BIN, bash_blocks
 
 from spark_flow.queue import Queue
 
-STOP, CAPACITY = 500, 100  # STOP: the README's line
+STOP, CAPACITY = 500, 300  # STOP: the README's line; a capacity that fills the queue in few S3 commits
 
 
 def _executor_logs(worker: Path) -> dict[str, str]:
@@ -46,7 +46,7 @@ def test_producer_and_consumer_applications_on_a_standalone_cluster(spark_cluste
     words[1:1] = [part for key, value in executors.items() for part in ("--conf", f"{key}={value}")]
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
     producer = subprocess.run([str(BIN / words[0]), *words[1:], "--capacity", str(CAPACITY), "--trigger", "500ms",
-                               "--run-seconds", "25"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+                               "--run-seconds", "40"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert producer.returncode == 0, failure(producer)
     lines = progress(producer.stdout, "producer")
     assert any(line["flowStopped"] == "true" for line in lines), failure(producer)
