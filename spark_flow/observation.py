@@ -18,7 +18,7 @@ from typing import Any
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit
 
-from spark_flow.commands import CommandLog
+from spark_flow.commands import HOME_COMMANDS, CommandLog
 from spark_flow.config import parse_count, pattern_matches, split_options
 from spark_flow.exceptions import ConfigurationError
 from spark_flow.home import Registry
@@ -116,7 +116,8 @@ class ObservationReader(DataSourceStreamReader):
         if partition.commands_upto > partition.commands_after:
             names = dict(Registry(partition.home, partition.storage_options).queues())
             for command in CommandLog(partition.home, partition.storage_options).read(partition.commands_after, partition.commands_upto):
-                targets = [n for n in names if n == command.target or pattern_matches(command.target, n)]
+                targets = [] if command.command in HOME_COMMANDS else [
+                    n for n in names if n == command.target or pattern_matches(command.target, n)]
                 for queue in targets or [command.target]:
                     yield _row(kind="command", queue=queue, path=names.get(queue), subscription=COMMANDS_KEY,
                                observed_at=now_ms(), command_id=command.id, command=command.command,
