@@ -169,7 +169,7 @@ class FlowAdmin:
         rows = self._status.rows()
         frame = pd.DataFrame(rows, columns=status_schema().names)
         if target is not None:
-            names = self.matching(target)
+            names = self.matching(target) + ([HOME_QUEUE] if target == ALL_QUEUES else [])
             frame = frame[frame["queue"].isin(names)]
         return frame.sort_values(["queue", "subscription"]).reset_index(drop=True)
 

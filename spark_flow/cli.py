@@ -177,7 +177,8 @@ def _run(admin: FlowAdmin, args: argparse.Namespace, conf: dict[str, str]) -> No
                 for c in admin.commands.read()]
         _print_table(rows, [(k, k) for k in ("id", "command", "target", "settings", "issued_at")])
     elif args.command == "plot":
-        print(admin.plot(args.queue, args.out or f"{args.queue}-depth.png", args.subscription))
+        default = "home" if args.queue == ALL_QUEUES else args.queue
+        print(admin.plot(args.queue, args.out or f"{default}-depth.png", args.subscription))
 
 
 def _declare(admin: FlowAdmin, queue: str, schema: str | None, settings: dict[str, str], conf: dict[str, str]) -> None:

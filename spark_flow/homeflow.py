@@ -121,7 +121,7 @@ class HomeFlow:
         is not read further, unless ``depth`` is given (the controller), which also records the
         resume of a home whose limits were removed while it was stopped."""
         thresholds = self.thresholds()
-        if not thresholds.enabled and (depth is None or not self._stopped_without_limits()):
+        if not thresholds.enabled and (depth is None or not self.recorded_stopped()):
             return HomeStatus(self.home, thresholds)
         self._ensure_state()
         while True:
@@ -135,8 +135,8 @@ class HomeFlow:
             if self._transition(row, after, seen, thresholds):
                 return HomeStatus(self.home, thresholds, seen, after, self.flow.get(HOME_STATE).last_transition)
 
-    def _stopped_without_limits(self) -> bool:
-        """Whether the recorded state is stopped (its limits were removed meanwhile)."""
+    def recorded_stopped(self) -> bool:
+        """Whether the home's recorded flow state is stopped, without a look at its depth."""
         try:
             return self.flow.get(HOME_STATE).flow_stopped
         except (QueueNotFoundError, SubscriptionNotFoundError):  # never limited: no state recorded
