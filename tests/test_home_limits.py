@@ -13,8 +13,9 @@ from streams import drain, is_held, spark_conf, start_consumer, start_producer, 
 
 from spark_flow.admin import FlowAdmin
 from spark_flow.cli import main
+from spark_flow.config import ProducerSettings
 from spark_flow.controller import start_controller
-from spark_flow.exceptions import ConfigurationError, QueueNotFoundError
+from spark_flow.exceptions import ConfigurationError, QueueFullError, QueueNotFoundError
 from spark_flow.gate import Gate
 from spark_flow.homeflow import HOME_QUEUE, HOME_STATE, HomeFlow, open_home
 from spark_flow.queue import declare, open_queue
@@ -140,3 +141,6 @@ def test_a_gate_of_a_home_without_limits_reads_no_other_queue(spark: SparkSessio
     reads = other.ledger.reads
     Gate(queue_a).observe()
     assert other.ledger.reads == reads, "no new commit, nothing read again"
+    with pytest.raises(QueueFullError, match=r"home .* flow-stopped by its home-wide limits, onFull reject "
+                                             r"\(depth 3 messages.*stop 2 messages"):
+        Gate(queue_a, ProducerSettings(on_full="reject")).wait()
