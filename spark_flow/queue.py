@@ -449,7 +449,7 @@ def declare(
     at = _state_location(state_location, conf, ref.name)
     home = normalize_path(conf[HOME_CONF]) if conf.get(HOME_CONF) else None
     if home:
-        from spark_flow.homeflow import open_home  # it reads queues: imported where it is used
+        from spark_flow.homeflow import open_home  # homeflow imports this module
 
         open_home(home, storage).record_conf(conf)  # a bad home limit fails before the queue is made
     if detail is not None:
