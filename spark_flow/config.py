@@ -470,6 +470,10 @@ def producer_options(options: Mapping[str, Any]) -> dict[str, Any]:
         name = canonical.get(key.lower())
         if name is None:
             raise UnknownKeyError(key, value, _closest(key, PRODUCER_KEYS))
+        if KEYS[name].scope == "home":
+            raise ConfigurationError(key, value, "a producer setting here: " + ", ".join(PRODUCER_KEYS),
+                                     f"{name} is a home setting: spark.flow.{name} in the Spark conf, or spark-flow "
+                                     "set-home")
         if KEYS[name].scope != "producer":
             raise QueueSettingError(name, value)
         settings[name] = value

@@ -373,3 +373,9 @@ def test_a_home_limit_is_neither_a_queue_setting_nor_a_pattern_key() -> None:
         queue_settings("q", {"flow.homeStopCount": "10"})
     with pytest.raises(UnknownKeyError):
         check_conf({"spark.flow.queues.events.homeStopCount": "10"})
+
+
+def test_a_home_limit_among_a_producers_options_says_where_it_belongs() -> None:
+    with pytest.raises(ConfigurationError, match=r"homeStopCount='10'.*a producer setting here.*a home setting: "
+                                                 r"spark\.flow\.homeStopCount in the Spark conf, or spark-flow set-home"):
+        producer_settings("q", {"homeStopCount": "10"})
