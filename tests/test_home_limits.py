@@ -15,9 +15,9 @@ from spark_flow.admin import FlowAdmin
 from spark_flow.cli import main
 from spark_flow.config import ProducerSettings
 from spark_flow.controller import start_controller
-from spark_flow.exceptions import ConfigurationError, QueueFullError, QueueNotFoundError
+from spark_flow.exceptions import ConfigurationError, QueueFullError
 from spark_flow.gate import Gate
-from spark_flow.homeflow import HOME_QUEUE, HOME_STATE, HomeFlow, open_home
+from spark_flow.homeflow import HOME_QUEUE, HOME_STATE, open_home
 from spark_flow.queue import declare, open_queue
 from spark_flow.sink import QueueSink
 
@@ -43,7 +43,7 @@ def test_two_queues_under_their_own_stop_held_by_the_home_and_released_under_its
     pb, _ = start_producer(spark, b, tmp_path / "pb", "b", 40, options={"capacity": 20})
     consumers = []
     try:
-        wait_until(lambda: _home_stopped(flow) and is_held(pa) and is_held(pb), 120)
+        wait_until(lambda: flow.recorded_stopped() and is_held(pa) and is_held(pb), 120)
         time.sleep(3)  # held producers add nothing more
         depth_a, depth_b = queue_a.depths()["default"], queue_b.depths()["default"]
         assert depth_a.count <= 100 and depth_b.count <= 100, "each queue under its own stop"
@@ -59,7 +59,7 @@ def test_two_queues_under_their_own_stop_held_by_the_home_and_released_under_its
         held = {"a": spark.read.format("delta").load(a).count(), "b": spark.read.format("delta").load(b).count()}
         consumers = [start_consumer(spark, path, tmp_path / f"c{name}", tmp_path / f"out{name}",
                                     maxRecordsPerTrigger=20) for name, path in (("a", a), ("b", b))]
-        wait_until(lambda: not _home_stopped(flow), 120)
+        wait_until(lambda: not flow.recorded_stopped(), 120)
         wait_until(lambda: spark.read.format("delta").load(a).count() > held["a"]
                    and spark.read.format("delta").load(b).count() > held["b"], 90)  # both go on
     finally:
@@ -82,14 +82,6 @@ def test_two_queues_under_their_own_stop_held_by_the_home_and_released_under_its
         delivered = spark.read.format("delta").load(str(tmp_path / f"out{name}"))
         assert delivered.count() == enqueued.count() > held[name]
         assert delivered.groupBy("id").count().filter("count > 1").count() == 0
-
-
-def _home_stopped(flow: HomeFlow) -> bool:
-    """The home's recorded flow state (none before its first look)."""
-    try:
-        return flow.flow.get(HOME_STATE).flow_stopped
-    except QueueNotFoundError:
-        return False
 
 
 def _home_row(admin: FlowAdmin) -> dict:
