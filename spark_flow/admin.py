@@ -10,9 +10,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spark_flow.commands import ALL_QUEUES, CommandLog, command_settings, with_settings
-from spark_flow.config import QUEUE_KEYS, pattern_matches, queue_setting, queue_settings
+from spark_flow.config import (
+    HOME_KEYS,
+    QUEUE_KEYS,
+    home_thresholds,
+    pattern_matches,
+    queue_setting,
+    queue_settings,
+    setting_name,
+)
 from spark_flow.exceptions import ConfigurationError, HistoryNotFoundError, QueueNotFoundError
 from spark_flow.home import Registry, control_path
+from spark_flow.homeflow import HOME_QUEUE, HOME_STATE, open_home
 from spark_flow.names import normalize_path
 from spark_flow.queue import Queue, open_queue
 from spark_flow.status import status_schema
@@ -42,6 +51,7 @@ class FlowAdmin:
     >>> admin.status()                            # a pandas DataFrame, one row per queue/subscription
     >>> admin.stop_producers("events")            # hold every producer of queue events
     >>> admin.set("events", stopCount=900, resumeCount=500)
+    >>> admin.set_home(homeStopCount=100_000)     # hold every producer while the home's queues hold more
     >>> admin.plot("events", "/tmp/events.png")
     """
 
@@ -114,6 +124,28 @@ class FlowAdmin:
             raise ConfigurationError("keys", keys, "at least one setting to remove, e.g. stopCount")
         return self._change("unset", target, {_settable(key, None): None for key in keys})
 
+    def set_home(self, settings: Mapping[str, Any] | None = None, **more: Any) -> int:
+        """Change the home's limits (``homeStopCount=100000``, ``homeResumeSize="1g"``): checked
+        whole, then recorded with the home at once (the controller records the command's history);
+        every gate judges with them from its next look. Returns the command id."""
+        wanted = {**dict(settings or {}), **more}
+        if not wanted:
+            raise ConfigurationError("settings", wanted, "at least one home setting, e.g. homeStopCount=100000")
+        return self._change_home("set-home", {_home_setting(key, value): str(value) for key, value in wanted.items()})
+
+    def unset_home(self, *keys: str) -> int:
+        """Remove home limits (``homeStopCount``): without any, the home holds nobody."""
+        if not keys:
+            raise ConfigurationError("keys", keys, "at least one home setting to remove, e.g. homeStopCount")
+        return self._change_home("unset-home", {_home_setting(key, None): None for key in keys})
+
+    def _change_home(self, command: str, changes: Mapping[str, str | None]) -> int:
+        home = open_home(self.home, self.storage_options)
+        home_thresholds(with_settings(home.settings.settings(), changes))  # refused whole, before any write
+        command_id = self.commands.append(command, HOME_QUEUE, changes)
+        home.settings.apply(changes, command_id)
+        return command_id
+
     def _change(self, command: str, target: str, changes: Mapping[str, str | None]) -> int:
         for name in self.matching(target):
             queue = self.queue(name)
@@ -130,34 +162,51 @@ class FlowAdmin:
         return runtime
 
     def status(self, target: str | None = None) -> pd.DataFrame:
-        """The status table (as the controller last wrote it), optionally for the queues ``target`` names."""
+        """The status table (as the controller last wrote it), optionally for the queues ``target``
+        names. A home with limits has its own row: queue ``>`` (every queue), subscription ``home``."""
         import pandas as pd
 
         rows = self._status.rows()
         frame = pd.DataFrame(rows, columns=status_schema().names)
         if target is not None:
-            names = self.matching(target)
+            names = self.matching(target) + ([HOME_QUEUE] if target == ALL_QUEUES else [])
             frame = frame[frame["queue"].isin(names)]
         return frame.sort_values(["queue", "subscription"]).reset_index(drop=True)
 
     def history(self, queue: str, subscription: str = DEFAULT_SUBSCRIPTION) -> list[dict[str, Any]]:
-        """The controller's samples and events for one subscription, oldest first."""
-        self.queue(queue)
+        """The controller's samples and events for one subscription, oldest first (the home's:
+        queue ``>``, subscription ``home``)."""
+        if queue == HOME_QUEUE:
+            subscription = HOME_STATE
+        else:
+            self.queue(queue)
         rows = self._history.rows()
         mine = [r for r in rows if r["queue"] == queue and r["subscription"] in (subscription, "")]
         return sorted(mine, key=lambda r: r["time"])
 
     def plot(self, queue: str, path: str | Path, subscription: str = DEFAULT_SUBSCRIPTION) -> Path:
-        """A PNG of the subscription's depth against its thresholds over time, stopped intervals shaded."""
+        """A PNG of the subscription's depth against its thresholds over time, stopped intervals
+        shaded; queue ``>`` plots the home's depth against its home-wide limits."""
         from spark_flow.plot import depth_points, plot_depth
+
+        subscription = HOME_STATE if queue == HOME_QUEUE else subscription
 
         samples = [r for r in self.history(queue, subscription) if r["event"] == "sample"]
         if not samples:
             raise HistoryNotFoundError(f"queue {queue!r}: the history in {self.home} has no samples of subscription "
                                        f"{subscription!r} yet: is the controller running?")
-        transitions = [r for r in self.queue(queue).history.read() if r["subscription"] == subscription]
+        recorded = open_home(self.home, self.storage_options).history if queue == HOME_QUEUE else self.queue(queue).history
+        transitions = [r for r in recorded.read() if r["subscription"] == subscription]
         return plot_depth(depth_points(samples, transitions), None, path,
                           title=f"queue {queue!r}, subscription {subscription!r}")
+
+
+def _home_setting(key: str, value: Any) -> str:
+    """The home limit a ``set-home`` or ``unset-home`` key names (``homeStopCount``, ``spark.flow.homeStopCount``)."""
+    name = setting_name(key, value)
+    if name not in HOME_KEYS:
+        raise ConfigurationError(key, value, "a home setting: " + ", ".join(HOME_KEYS))
+    return name
 
 
 def _settable(key: str, value: Any) -> str:

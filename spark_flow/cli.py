@@ -5,7 +5,8 @@ Only ``declare`` starts Spark; the other commands read and append the home's Del
 Spark job has (``--properties-file``, the ``spark.hadoop.fs.s3a.*`` / ``fs.azure.*`` /
 ``spark.flow.storage.*`` entries of a spark-defaults.conf) and ``--storage-option KEY=VALUE``. Commands that change something (``set``,
 ``unset``, ``stop-producers``, ``start-producers``) are checked, appended to the commands table and applied
-by the controller in order.
+by the controller in order; ``set-home`` / ``unset-home`` (the home-wide limits) are recorded with the
+home at once.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ def _parser() -> argparse.ArgumentParser:
                "  spark-flow set events stopCount=900 resumeCount=500\n"
                "  spark-flow set events stopAge=5min resumeAge=1min   # the oldest message's age\n"
                "  spark-flow unset events stopCount resumeCount   # back to the queue's table properties\n"
+               "  spark-flow set-home homeStopCount=100000   # every producer held while the home's queues hold more\n"
                "  spark-flow stop-producers 'events.>'      # a pattern; no target: every queue\n"
                "  spark-flow plot events --out events.png\n"
                "  spark-flow --home s3a://bucket/flow --properties-file conf/object-storage.conf status")
@@ -74,6 +76,11 @@ def _parser() -> argparse.ArgumentParser:
     unset = commands.add_parser("unset", help="remove run-time settings: back to the queue's recorded value or default")
     unset.add_argument("target", help="a queue name or pattern")
     unset.add_argument("keys", nargs="+", metavar="KEY", help="stopCount resumeCount")
+
+    set_home = commands.add_parser("set-home", help="change the home-wide limits on the total depth of its queues")
+    set_home.add_argument("settings", nargs="+", metavar="KEY=VALUE", help="homeStopCount=100000 homeResumeSize=1g")
+    unset_home = commands.add_parser("unset-home", help="remove home-wide limits")
+    unset_home.add_argument("keys", nargs="+", metavar="KEY", help="homeStopCount homeResumeCount")
 
     for name, what in (("stop-producers", "hold every producer of the queues, whatever their depth"),
                        ("start-producers", "undo stop-producers: the thresholds decide again")):
@@ -163,6 +170,10 @@ def _run(admin: FlowAdmin, args: argparse.Namespace, conf: dict[str, str]) -> No
     elif args.command == "unset":
         command = admin.unset(args.target, *args.keys)
         print(f"command {command}: unset {' '.join(args.keys)} on {args.target!r}, applied by the controller")
+    elif args.command == "set-home":
+        print(f"command {admin.set_home(_pairs(args.settings))}: set-home {' '.join(args.settings)}, in force now")
+    elif args.command == "unset-home":
+        print(f"command {admin.unset_home(*args.keys)}: unset-home {' '.join(args.keys)}, in force now")
     elif args.command in ("stop-producers", "start-producers"):
         call = admin.stop_producers if args.command == "stop-producers" else admin.start_producers
         print(f"command {call(args.target)}: {args.command} {args.target!r}, applied by the controller")
@@ -175,7 +186,8 @@ def _run(admin: FlowAdmin, args: argparse.Namespace, conf: dict[str, str]) -> No
                 for c in admin.commands.read()]
         _print_table(rows, [(k, k) for k in ("id", "command", "target", "settings", "issued_at")])
     elif args.command == "plot":
-        print(admin.plot(args.queue, args.out or f"{args.queue}-depth.png", args.subscription))
+        default = "home" if args.queue == ALL_QUEUES else args.queue
+        print(admin.plot(args.queue, args.out or f"{default}-depth.png", args.subscription))
 
 
 def _declare(admin: FlowAdmin, queue: str, schema: str | None, settings: dict[str, str], conf: dict[str, str]) -> None:

@@ -22,6 +22,9 @@ if TYPE_CHECKING:
 
 #: A command's target for every queue of the home (an ActiveMQ wildcard).
 ALL_QUEUES = ">"
+#: Commands that change the home's limits, not a queue's; the operator applies them at once
+#: (:meth:`~spark_flow.admin.FlowAdmin.set_home`), the controller again (by id: no change).
+HOME_COMMANDS = ("set-home", "unset-home")
 
 
 def _commands_schema() -> pa.Schema:

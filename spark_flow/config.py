@@ -137,7 +137,8 @@ Scope = Literal["queue", "producer", "home"]
 class Key:
     """One setting: its camelCase name (as in ``spark.flow.<name>``), parser, default, doc, and
     whose it is: a ``queue`` setting is one value per queue, recorded with it; a ``producer``
-    setting belongs to one query; ``home`` is the control plane's location."""
+    setting belongs to one query; a ``home`` setting is the home's: its location, and its
+    home-wide limits, recorded with the home."""
 
     name: str
     parse: Callable[[str, Any], Any]
@@ -169,10 +170,16 @@ KEYS: dict[str, Key] = {
         Key("rejectTimeout", parse_duration, 30.0, "With onFull reject-after: how long a producer is held before it fails.", "producer"),
         Key("pollInterval", lambda k, v: parse_duration(k, v, minimum=0.001), 1.0, "Longest wait between two looks at a held queue's depth.", "producer"),
         Key("home", lambda k, v: str(v), None, "The control plane's location: queue registry, status, history, commands; default state of new queues.", "home"),
+        Key("homeStopCount", parse_count, None, "Every producer of the home is held when the home's depth exceeds this many messages (0 = not used).", "home"),
+        Key("homeResumeCount", parse_count, None, "The home's producers go on when its depth is under this many messages (0: homeStopCount).", "home"),
+        Key("homeStopSize", parse_size, None, "Every producer of the home is held when the home's depth exceeds this many bytes (0 = not used).", "home"),
+        Key("homeResumeSize", parse_size, None, "The home's producers go on when its depth is under this many bytes (0: homeStopSize).", "home"),
     )
 }
 QUEUE_KEYS: tuple[str, ...] = tuple(name for name, key in KEYS.items() if key.scope == "queue")
 PRODUCER_KEYS: tuple[str, ...] = tuple(name for name, key in KEYS.items() if key.scope == "producer")
+#: The home-wide limits: recorded with the home, one value for every process of its queues.
+HOME_KEYS: tuple[str, ...] = ("homeStopCount", "homeResumeCount", "homeStopSize", "homeResumeSize")
 
 QPID_ALIASES: dict[str, str] = {
     "qpid.flow_stop_count": "stopCount",
@@ -184,7 +191,7 @@ QPID_ALIASES: dict[str, str] = {
 }
 
 #: Properties a declared queue carries that are facts about it, not settings.
-QUEUE_PROPERTIES: frozenset[str] = frozenset({"flow.queueName", "flow.stateLocation"})
+QUEUE_PROPERTIES: frozenset[str] = frozenset({"flow.queueName", "flow.stateLocation", "flow.home"})
 
 
 def _closest(key: str, candidates: Iterable[str]) -> str | None:
@@ -307,6 +314,12 @@ class QueueSettings:
     values: Mapping[str, Any] = field(default_factory=dict, compare=False)
     origins: Mapping[str, str] = field(default_factory=dict, compare=False)
 
+    @property
+    def flow_controlled(self) -> bool:
+        """Whether the queue's producers are flow-controlled at all (policy ``flow`` and
+        ``producerFlowControl``): a home-wide stop holds them, whatever the queue's own thresholds."""
+        return self.producer_flow_control and self.policy == "flow"
+
 
 def queue_settings(queue: str, *layers: Mapping[str, Any]) -> QueueSettings:
     """Resolve a queue's settings from its recorded layers, lowest first (table properties, then
@@ -342,6 +355,29 @@ def queue_settings(queue: str, *layers: Mapping[str, Any]) -> QueueSettings:
         values=values,
         origins=origins,
     )
+
+
+def home_thresholds(*layers: Mapping[str, Any]) -> Thresholds:
+    """A home's limits (``homeStopCount``, ...) from its recorded layers, lowest first, each key in
+    any spelling (``homeStopCount``, ``spark.flow.homeStopCount``). The same rules as a queue's
+    thresholds (Qpid's): a resume of 0 means the stop, a resume above its stop is an error naming
+    both keys; a home has no max and no default percentages, so no limit unless one is given."""
+    values: dict[str, Any] = dict.fromkeys(HOME_KEYS)
+    origins: dict[str, str] = {name: name for name in HOME_KEYS}
+    for layer in layers:
+        for key, raw in layer.items():
+            if raw is None:
+                continue
+            name = setting_name(key, raw)
+            if name not in HOME_KEYS:
+                raise ConfigurationError(key, raw, "a home setting: " + ", ".join(HOME_KEYS))
+            values[name], origins[name] = KEYS[name].parse(key, raw), key
+    as_queue = {"maxCount": 0, "maxSize": 0, "defaultStopThreshold": 0, "defaultResumeThreshold": 0,
+                "stopAge": None, "resumeAge": None}
+    measures = {"stopCount": "homeStopCount", "resumeCount": "homeResumeCount", "stopSize": "homeStopSize",
+                "resumeSize": "homeResumeSize"}
+    as_queue.update({name: values[home] for name, home in measures.items()})
+    return _thresholds(as_queue, {name: origins[home] for name, home in measures.items()})
 
 
 def _round_half_up(value: Fraction) -> int:
@@ -434,6 +470,10 @@ def producer_options(options: Mapping[str, Any]) -> dict[str, Any]:
         name = canonical.get(key.lower())
         if name is None:
             raise UnknownKeyError(key, value, _closest(key, PRODUCER_KEYS))
+        if KEYS[name].scope == "home":
+            raise ConfigurationError(key, value, "a producer setting here: " + ", ".join(PRODUCER_KEYS),
+                                     f"{name} is a home setting: spark.flow.{name} in the Spark conf, or spark-flow "
+                                     "set-home")
         if KEYS[name].scope != "producer":
             raise QueueSettingError(name, value)
         settings[name] = value

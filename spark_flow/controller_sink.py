@@ -1,6 +1,7 @@
 """The controller's foreachBatch: it applies operator commands, records the controller's own
-transitions, evicts stalled subscriptions (``stalledConsumerPolicy=skip``) and writes the
-status and history tables. Every write is safe to repeat, so a replayed batch changes nothing.
+transitions, evicts stalled subscriptions (``stalledConsumerPolicy=skip``), steps the home's
+flow state (home-wide limits) and writes the status and history tables. Every write is safe to
+repeat, so a replayed batch changes nothing.
 """
 
 from __future__ import annotations
@@ -9,12 +10,14 @@ import contextlib
 import json
 import logging
 from collections.abc import Mapping
+from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from spark_flow.commands import command_settings, with_settings
+from spark_flow.commands import HOME_COMMANDS, command_settings, with_settings
 from spark_flow.config import queue_settings
 from spark_flow.exceptions import SubscriptionNotFoundError
+from spark_flow.homeflow import HOME_QUEUE, HOME_STATE, open_home
 from spark_flow.ledger import Depth
 from spark_flow.observation import now_ms
 from spark_flow.queue import open_queue
@@ -38,6 +41,7 @@ class ControllerSink:
         self.home = home
         self.query_name = query_name
         self.storage_options = dict(storage_options or {})
+        self._home_shown = False  # whether this controller wrote the home's status row
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         rows = batch.toArrow().to_pylist()
@@ -56,10 +60,34 @@ class ControllerSink:
             log.info("queue %r subscription %r %s (%s): depth %d, flowStoppedCount %d", row["queue"],
                      row["subscription"], row["event"].upper(), row["detail"], row["depth_count"],
                      row["flow_stopped_count"])
-        write_status(self.home, [_status_row(r) for r in statuses],
-                     [(r["queue"], r["subscription"]) for r in rows if r["kind"] == "gone"], self.storage_options)
+        gone = [(r["queue"], r["subscription"]) for r in rows if r["kind"] == "gone"]
+        home = self._home(statuses)
+        if home is None and self._home_shown:
+            gone.append((HOME_QUEUE, HOME_STATE))  # its limits were removed
+        self._home_shown = home is not None
+        statuses += [home] if home is not None else []
+        write_status(self.home, [_status_row(r) for r in statuses], gone, self.storage_options)
         history += [_history_row(r, "sample") for r in statuses] + [_history_row(r, r["event"]) for r in events]
         append_history(self.home, history, f"spark-flow-controller/{query_id}", batch_id, self.storage_options)
+
+    def _home(self, statuses: list[dict[str, Any]]) -> dict[str, Any] | None:
+        """Step the home's flow state with its depth as this batch observed it (the sum over its
+        queues of each one's deepest subscription, per measure), as its gates do; its status
+        row (queue ``>``, subscription ``home``), None while the home has no limits."""
+        deepest: dict[str, tuple[int, int]] = {}
+        for row in statuses:
+            count, size = deepest.get(row["queue"], (0, 0))
+            deepest[row["queue"]] = (max(count, row["depth_count"]), max(size, row["depth_size"]))
+        depth = Depth(sum(c for c, _ in deepest.values()), sum(s for _, s in deepest.values()))
+        home = open_home(self.home, self.storage_options).observe(depth)
+        if not home.limited:
+            return None
+        transition = home.last_transition
+        return {"kind": "status", "queue": HOME_QUEUE, "subscription": HOME_STATE, "time": now_ms(),
+                "depth_count": depth.count, "depth_size": depth.size, **asdict(home.thresholds),
+                "flow_stopped": home.flow_stopped, "flow_stopped_count": home.state.flow_stopped_count,
+                "last_transition": int(transition.timestamp() * 1000) if transition else None,
+                "producers_stopped": False, "position": None, "latest": None, "stalled": False, "held_since": None}
 
     def _apply(self, row: Mapping[str, Any]) -> dict[str, Any]:
         """Apply one command to one queue; an error is recorded, not raised (it was checked when
@@ -69,6 +97,9 @@ class ControllerSink:
         detail = f"command {row['command_id']}: {row['command']} {json.dumps(issued) if issued else ''}".strip()
         settings = command_settings(row["command"], issued)
         try:
+            if row["command"] in HOME_COMMANDS:  # applied when issued; again changes nothing
+                open_home(self.home, self.storage_options).settings.apply(settings, row["command_id"])
+                return _history_row({**row, "time": row["time"] or now_ms()}, "command", detail)
             if row["path"] is None:
                 raise LookupError(f"no registered queue matches {row['queue']!r}")
             queue = open_queue(row["path"], self.storage_options)

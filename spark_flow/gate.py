@@ -5,7 +5,9 @@ subscription with flow control, and records transitions (compare and set, so two
 the same crossing count it once). A queue is stopped while any of its subscriptions is. The
 decision needs no history beyond the recorded state, so a gate turns ON the moment it sees
 ``depth > stop``, whoever else is looking. It judges with the queue's recorded settings, the
-same for every process; a producer's own settings say how it waits.
+same for every process; a producer's own settings say how it waits. A queue declared in a home
+with home-wide limits (:mod:`spark_flow.homeflow`) is stopped too while its home is, if its
+producers are flow-controlled at all (policy ``flow``, ``producerFlowControl``).
 
 The sink asks the gate, in order: whether a batch is refused before anything is written
 (:meth:`Gate.refuse`: ``ring-strict``, ``onFull`` reject), how many messages it may write now
@@ -23,6 +25,7 @@ from dataclasses import dataclass, field
 
 from spark_flow.config import ProducerSettings, QueueSettings
 from spark_flow.exceptions import HoldInterruptedError, QueueFullError, QueueFullTimeoutError
+from spark_flow.homeflow import HomeStatus, open_home
 from spark_flow.ledger import Depth
 from spark_flow.queue import Queue
 from spark_flow.state import FlowState, Thresholds
@@ -34,18 +37,31 @@ _FIRST_POLL = 0.05
 
 @dataclass(frozen=True)
 class GateStatus:
-    """What a gate saw: the queue's settings, depth and flow state per subscription."""
+    """What a gate saw: the queue's settings, depth and flow state per subscription, and its
+    home's (None: the queue has no home, or its producers are not flow-controlled)."""
 
     queue: str
     settings: QueueSettings
     depths: Mapping[str, Depth]
     states: Mapping[str, FlowState] = field(default_factory=dict)
+    home: HomeStatus | None = None
 
     @property
     def stopped(self) -> bool:
-        """Whether producers must wait: any subscription is flow-stopped, or an operator
-        stopped the queue's producers."""
-        return self.settings.producers_stopped or any(s.flow_stopped for s in self.states.values())
+        """Whether producers must wait: any subscription is flow-stopped, an operator stopped
+        the queue's producers, or the queue's home is flow-stopped."""
+        return (self.settings.producers_stopped or any(s.flow_stopped for s in self.states.values())
+                or self.home_stopped)
+
+    @property
+    def home_stopped(self) -> bool:
+        """Whether the home's limits hold the queue's producers."""
+        return self.home is not None and self.home.flow_stopped
+
+    @property
+    def limited(self) -> bool:
+        """Whether any limit applies to the producers (so they write in capacity windows)."""
+        return self.thresholds.enabled or (self.home is not None and self.home.limited)
 
     @property
     def depth(self) -> Depth:
@@ -75,12 +91,15 @@ class Gate:
     def __init__(self, queue: Queue, producer: ProducerSettings | None = None) -> None:
         self.queue = queue
         self.producer = producer or ProducerSettings()
+        self.home = open_home(queue.home, queue.storage_options) if queue.home else None
 
     def observe(self) -> GateStatus:
-        """Look at the queue now: depth per subscription, state machine stepped and recorded."""
+        """Look at the queue now: depth per subscription, state machine stepped and recorded;
+        then at its home, if it has one and the queue's producers are flow-controlled."""
         queue = self.queue
         queue.refresh()
         settings = queue.settings()
+        home = self.home.observe() if self.home is not None and settings.flow_controlled else None
         while True:
             backlog, now = queue.backlog(refresh=False), int(time.time() * 1000)
             states: dict[str, FlowState] = {}
@@ -92,7 +111,7 @@ class Gate:
                     break  # another process recorded a transition first: look again
                 states[sub.name] = after
             else:
-                return GateStatus(queue.name, settings, {sub.name: depth for sub, depth in backlog}, states)
+                return GateStatus(queue.name, settings, {sub.name: depth for sub, depth in backlog}, states, home)
 
     def refuse(self, batch: Depth, is_active: Callable[[], bool]) -> float:
         """Before a batch's first write: raise if this queue refuses it, so a refused batch is in
@@ -123,7 +142,7 @@ class Gate:
             if status.stopped:
                 raise HoldInterruptedError(f"query stopped while held by queue {status.queue!r} in mid-batch; the "
                                            "rest of the batch is enqueued when the query restarts")
-        return status, held, self.producer.capacity if status.thresholds.enabled else math.inf
+        return status, held, self.producer.capacity if status.limited else math.inf
 
     def make_room(self, status: GateStatus) -> None:
         """After a write into a ring queue: move subscriptions past the oldest messages beyond
@@ -158,15 +177,16 @@ class Gate:
         if not status.stopped:
             return status, 0.0
         if producer.on_full == "reject":
-            raise QueueFullError(status.queue, status.depth, status.thresholds, f"{_why(status)}, onFull reject")
+            raise QueueFullError(status.queue, *_limit(status), f"{_why(status)}, onFull reject")
         started = time.monotonic()
+        depth, thresholds = _limit(status)
         log.info("holding producer of queue %r (%s): depth %d messages / %d bytes, thresholds %s",
-                 status.queue, _why(status), status.depth.count, status.depth.size, status.thresholds)
+                 status.queue, _why(status), depth.count, depth.size, thresholds)
         delay = min(_FIRST_POLL, producer.poll_interval)
         while status.stopped and is_active():
             held = time.monotonic() - started
             if producer.on_full == "reject-after" and held >= producer.reject_timeout:
-                raise QueueFullTimeoutError(status.queue, status.depth, status.thresholds,
+                raise QueueFullTimeoutError(status.queue, *_limit(status),
                                             f"{_why(status)}, held {held:.1f}s, rejectTimeout {producer.reject_timeout:g}s")
             time.sleep(delay)
             delay = min(delay * 2, producer.poll_interval)
@@ -179,7 +199,19 @@ class Gate:
 
 
 def _why(status: GateStatus) -> str:
-    return "producers stopped by an operator" if status.settings.producers_stopped else "flow-stopped"
+    if status.settings.producers_stopped:
+        return "producers stopped by an operator"
+    if status.home_stopped and not any(s.flow_stopped for s in status.states.values()):
+        return f"home {status.home.home} flow-stopped by its home-wide limits"  # type: ignore[union-attr]
+    return "flow-stopped"
+
+
+def _limit(status: GateStatus) -> tuple[Depth, Thresholds]:
+    """The depth and thresholds that hold a producer: the queue's, or its home's when only the
+    home is stopped."""
+    if status.home_stopped and not any(s.flow_stopped for s in status.states.values()):
+        return status.home.depth, status.home.thresholds  # type: ignore[union-attr]
+    return status.depth, status.thresholds
 
 
 def _refuse_over_max(status: GateStatus, batch: Depth) -> None:

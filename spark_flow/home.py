@@ -7,6 +7,8 @@ Everything several Spark applications share lives under the home, in Delta table
     <home>/_spark_flow/commands   operator commands, in commit order
     <home>/_spark_flow/status     one row per queue and subscription (the controller's output)
     <home>/_spark_flow/history    samples and transitions over time (for plots)
+    <home>/_spark_flow/settings   the home-wide limits (homeStopCount, ...), see spark_flow.homeflow
+    <home>/_spark_flow/flow       the home's flow state; <home>/_spark_flow/transitions its history
     <home>/<queue name>/          a queue's own subscriptions, transitions and run-time settings
 """
 
@@ -47,6 +49,7 @@ class Registry:
     def __init__(self, home: str, storage_options: Mapping[str, str] | None = None) -> None:
         self.location = control_path(home, "queues")
         self._table = StateTable(self.location, storage_options)
+        self._listed: tuple[int, dict[str, str]] = (-1, {})  # the last read, by table version
 
     def register(self, name: str, path: str) -> None:
         """Add queue ``name`` at ``path``, or move the name to ``path``."""
@@ -58,5 +61,12 @@ class Registry:
             {"path": "s.path"}, predicate="t.path <> s.path").when_not_matched_insert_all())
 
     def queues(self) -> dict[str, str]:
-        """Every registered queue: name -> table location."""
-        return {row["name"]: row["path"] for row in sorted(self._table.rows(["name", "path"]), key=lambda r: r["name"])}
+        """Every registered queue: name -> table location; read again only when the table has a
+        new version (a gate of a home with limits sums the home's queues on every look)."""
+        table = self._table.open()
+        if table is None:
+            return {}
+        if self._listed[0] != table.version():
+            rows = table.to_pyarrow_table(columns=["name", "path"]).to_pylist()
+            self._listed = (table.version(), {r["name"]: r["path"] for r in sorted(rows, key=lambda r: r["name"])})
+        return dict(self._listed[1])

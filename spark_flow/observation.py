@@ -18,10 +18,11 @@ from typing import Any
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit
 
-from spark_flow.commands import CommandLog
+from spark_flow.commands import HOME_COMMANDS, CommandLog
 from spark_flow.config import parse_count, pattern_matches, split_options
 from spark_flow.exceptions import ConfigurationError
 from spark_flow.home import Registry
+from spark_flow.homeflow import open_home
 from spark_flow.names import normalize_path
 from spark_flow.queue import open_queue
 from spark_flow.storage import storage_options
@@ -116,7 +117,8 @@ class ObservationReader(DataSourceStreamReader):
         if partition.commands_upto > partition.commands_after:
             names = dict(Registry(partition.home, partition.storage_options).queues())
             for command in CommandLog(partition.home, partition.storage_options).read(partition.commands_after, partition.commands_upto):
-                targets = [n for n in names if n == command.target or pattern_matches(command.target, n)]
+                targets = [] if command.command in HOME_COMMANDS else [
+                    n for n in names if n == command.target or pattern_matches(command.target, n)]
                 for queue in targets or [command.target]:
                     yield _row(kind="command", queue=queue, path=names.get(queue), subscription=COMMANDS_KEY,
                                observed_at=now_ms(), command_id=command.id, command=command.command,
@@ -157,11 +159,14 @@ def _observe(name: str, path: str, storage: Mapping[str, str]) -> Iterator[tuple
 
 
 def _stopped(path: str, storage: Mapping[str, str]) -> bool:
-    """Whether the queue at ``path`` holds its producers (flow-stopped, or stopped by an operator)."""
+    """Whether the queue at ``path`` holds its producers (flow-stopped, stopped by an operator,
+    or its home flow-stopped), as recorded."""
     try:
         queue = open_queue(path, storage)
         queue.refresh()
-        return queue.settings().producers_stopped or any(s.flow_stopped for s in queue.subscriptions.list())
+        settings = queue.settings()
+        home_stopped = bool(queue.home) and settings.flow_controlled and open_home(queue.home, storage).recorded_stopped()
+        return settings.producers_stopped or any(s.flow_stopped for s in queue.subscriptions.list()) or home_stopped
     except Exception as error:  # dropped or unreadable: it holds nobody
         log.warning("cannot look at downstream queue %s: %s", path, error)
         return False

@@ -67,3 +67,14 @@ class OverrideTable:
                                       "updated_at": now} for k, v in settings.items()], schema=_schema())
         self._table.upsert(rows, "t.key = s.key", lambda m: m.when_matched_update_all(
             predicate="s.command_id > t.command_id").when_not_matched_insert_all())
+
+    def fill(self, settings: Mapping[str, str]) -> None:
+        """Record ``settings`` where no row has the key yet (a process's Spark conf supplying a
+        value nobody recorded): a MERGE that inserts only, so a value recorded first, or a
+        command's, is kept. Any command applied later replaces them."""
+        import pyarrow as pa
+
+        now = datetime.now(UTC)
+        rows = pa.Table.from_pylist([{"key": k, "value": str(v), "command_id": -1, "updated_at": now}
+                                     for k, v in settings.items()], schema=_schema())
+        self._table.upsert(rows, "t.key = s.key", lambda m: m.when_not_matched_insert_all())

@@ -56,6 +56,8 @@ log = logging.getLogger("spark_flow.queue")
 
 QUEUE_NAME = "flow.queueName"
 STATE_LOCATION = "flow.stateLocation"
+#: The home a queue was declared in (``spark.flow.home``): whose home-wide limits hold its producers.
+HOME_PROPERTY = "flow.home"
 #: The ``txnAppId`` of purge commits; its ``txnVersion`` is the queue version purged through.
 PURGE_APP_ID = "spark-flow/purge"
 
@@ -106,6 +108,12 @@ class Queue:
     def properties(self) -> dict[str, str]:
         """The queue table's properties as of the last refresh."""
         return dict(self._table.metadata().configuration)
+
+    @property
+    def home(self) -> str | None:
+        """The home the queue was declared in, None if none: its home-wide limits hold the
+        queue's producers too."""
+        return self.properties().get(HOME_PROPERTY)
 
     @property
     def state_location(self) -> str:
@@ -475,7 +483,9 @@ def declare(
         Where the queue's subscriptions live. Default: ``spark.flow.home``/<queue name> if that
         conf is set, else ``_flow`` inside the table's directory (Delta ignores ``_`` folders).
         With ``spark.flow.home`` set, the queue is also registered there, for the controller
-        and the ``spark-flow`` CLI.
+        and the ``spark-flow`` CLI, and recorded as the home's (``flow.home``): the home's
+        limits (``spark.flow.homeStopCount``, ..., recorded with the home where it has none)
+        hold its producers too.
 
     Returns
     -------
@@ -498,16 +508,21 @@ def declare(
     wanted = StructType.fromDDL(schema) if isinstance(schema, str) else schema
     detail = _detail(spark, ref)
     at = _state_location(state_location, conf, ref.name)
+    home = normalize_path(conf[HOME_CONF]) if conf.get(HOME_CONF) else None
+    if home:
+        from spark_flow.homeflow import open_home  # homeflow imports this module
+
+        open_home(home, storage).record_conf(conf)  # a bad home limit fails before the queue is made
     if detail is not None:
-        location = _adopt(spark, ref, detail, wanted, properties, given, at, storage)
+        location = _adopt(spark, ref, detail, wanted, properties, given, at, storage, home)
     else:
-        location = _create(spark, ref, wanted, properties, given, at)
+        location = _create(spark, ref, wanted, properties, given, at, home)
     handle = Queue(location, storage)
     if handle.subscriptions.create_table():  # a new queue; a declared one keeps its subscriptions
         handle.subscriptions.create(DEFAULT_SUBSCRIPTION, -1)
     handle.record_conf(conf)
-    if conf.get(HOME_CONF):
-        Registry(normalize_path(conf[HOME_CONF]), storage).register(handle.name, handle.path)
+    if home:
+        Registry(home, storage).register(handle.name, handle.path)
     with _OPEN_LOCK:
         for key in [key for key in _OPEN if key[0] == handle.path]:
             del _OPEN[key]
@@ -516,7 +531,7 @@ def declare(
 
 def _adopt(spark: SparkSession, ref: QueueRef, detail: Mapping[str, Any], wanted: StructType | None,
            properties: dict[str, str], given: Mapping[str, Any], state_location: Callable[[str], str],
-           storage: Mapping[str, str]) -> str:
+           storage: Mapping[str, str], home: str | None) -> str:
     """Declare an existing Delta table a queue (again): its columns must be the declared ones;
     the settings given are recorded, and the conf's where the queue has none. Returns its location."""
     existing = spark.table(ref.sql).schema
@@ -531,6 +546,8 @@ def _adopt(spark: SparkSession, ref: QueueRef, detail: Mapping[str, Any], wanted
     queue_settings(ref.name, has, missing, properties, runtime)  # the whole as it will be, before any write
     properties.setdefault(QUEUE_NAME, has.get(QUEUE_NAME, ref.name))
     properties.setdefault(STATE_LOCATION, state)
+    if home:
+        properties.setdefault(HOME_PROPERTY, home)
     properties["delta.enableChangeDataFeed"] = "true"
     if any(has.get(k) != v for k, v in properties.items()):
         spark.sql(f"ALTER TABLE {ref.sql} SET TBLPROPERTIES ({_sql_properties(properties)})")
@@ -538,13 +555,14 @@ def _adopt(spark: SparkSession, ref: QueueRef, detail: Mapping[str, Any], wanted
 
 
 def _create(spark: SparkSession, ref: QueueRef, wanted: StructType | None, properties: dict[str, str],
-            given: Mapping[str, Any], state_location: Callable[[str], str]) -> str:
+            given: Mapping[str, Any], state_location: Callable[[str], str], home: str | None) -> str:
     """Create a queue: a Delta table with Change Data Feed on and its settings as properties
     (the given ones over the conf's). Returns its location."""
     if wanted is None:
         raise QueueNotFoundError(ref.name, "it does not exist yet, and a schema is needed to create it")
     queue_settings(ref.name, given, properties)  # every bad value fails before any write
-    created = {"delta.enableChangeDataFeed": "true", QUEUE_NAME: ref.name, **_queue_properties(given), **properties}
+    created = {"delta.enableChangeDataFeed": "true", QUEUE_NAME: ref.name, **({HOME_PROPERTY: home} if home else {}),
+               **_queue_properties(given), **properties}
     spark.sql(f"CREATE TABLE IF NOT EXISTS {ref.sql} ({wanted.toDDL()}) USING delta "
               f"TBLPROPERTIES ({_sql_properties(created)})")
     detail = _detail(spark, ref)

@@ -257,7 +257,10 @@ class QueueSink:
                     self._delta_conf.get("spark.app.id") or PROCESS, self._storage)
                 self._claims[queue.path].hold()
             queue.record_conf(conf)
-            self._gates[dest] = Gate(queue, producer_settings(queue.name, self.options, conf))
+            gate = Gate(queue, producer_settings(queue.name, self.options, conf))
+            if gate.home is not None:
+                gate.home.record_conf(conf)
+            self._gates[dest] = gate
         return self._gates[dest]
 
     def _record_downstream(self, query: StreamingQuery | None, gates: Mapping[str, Gate]) -> None:

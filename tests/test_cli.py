@@ -12,6 +12,8 @@ from pyspark.sql import SparkSession
 
 from spark_flow.admin import FlowAdmin
 from spark_flow.cli import main
+from spark_flow.homeflow import HomeFlow
+from spark_flow.state import Thresholds
 from spark_flow.status import append_history
 
 
@@ -47,6 +49,18 @@ def test_commands_are_appended_in_order(home: str, capsys: pytest.CaptureFixture
     assert capsys.readouterr().out.splitlines()[1].split()[:5] == ["default", "-1", "0", "false", "0"]
 
 
+def test_set_home_records_the_home_limits_at_once(home: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--home", home, "set-home", "homeStopCount=1000", "homeResumeSize=8k", "homeStopSize=1m"]) == 0
+    assert "in force now" in capsys.readouterr().out
+    assert HomeFlow(home).thresholds() == Thresholds(1000, 1000, 1024**2, 8 * 1024)
+    assert main(["--home", home, "unset-home", "homeStopSize", "homeResumeSize"]) == 0
+    assert HomeFlow(home).thresholds() == Thresholds(1000, 1000)
+    capsys.readouterr()
+    assert main(["--home", home, "commands"]) == 0
+    assert [line.split()[1:3] for line in capsys.readouterr().out.splitlines()[1:]] == [
+        ["set-home", ">"], ["unset-home", ">"]]
+
+
 @pytest.mark.parametrize(("argv", "message"), [
     (["set", "orders.eu", "stopCount=abc"], "stopCount='abc' is not valid: allowed is a whole number"),
     (["set", "orders.eu", "resumeCount=9"], "resumeCount='9' is not valid: allowed is a value <= flow.stopCount=5"),
@@ -56,8 +70,12 @@ def test_commands_are_appended_in_order(home: str, capsys: pytest.CaptureFixture
     (["stop-producers", "payments"], "queue 'payments' not found: no registered queue matches"),
     (["subscriptions", "payments"], "queue 'payments' not found: not registered"),
     (["plot", "orders.eu"], "has no samples of subscription 'default' yet"),
+    (["set-home", "homeStopCount=5", "homeResumeCount=9"], "homeResumeCount='9' is not valid: allowed is a value <= homeStopCount=5"),
+    (["set-home", "homeStopCount=-5"], "homeStopCount='-5' is not valid: allowed is a whole number"),
+    (["set-home", "stopCount=5"], "stopCount='5' is not valid: allowed is a home setting: homeStopCount"),
+    (["set", "orders.eu", "homeStopCount=5"], "homeStopCount='5' is not valid: allowed is a queue setting here"),
 ], ids=["not-a-number", "resume-above-stop", "no-value", "unknown-key", "age-resume-above-stop", "unknown-queue", "unknown-queue-subs",
-        "plot-no-history"])
+        "plot-no-history", "home-resume-above-stop", "home-negative", "home-queue-key", "queue-home-key"])
 def test_bad_input_one_line_error_and_nothing_written(home: str, argv: list[str], message: str,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--home", home, *argv]) == 2

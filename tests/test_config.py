@@ -16,6 +16,7 @@ from spark_flow.config import (
     check_conf,
     conf_settings,
     default_thresholds,
+    home_thresholds,
     parse_duration,
     parse_size,
     pattern_matches,
@@ -344,3 +345,37 @@ def test_session_flow_conf_reads_exactly_the_spark_flow_keys_set_now(spark: Spar
         for key in keys:
             spark.conf.unset(key)
     assert not set(keys) & set(session_flow_conf(spark))
+
+
+def test_home_limits_follow_the_queue_rules_resume_zero_is_the_stop() -> None:
+    assert home_thresholds({"spark.flow.homeStopCount": "1000", "spark.flow.homeResumeCount": "600",
+                            "spark.flow.homeStopSize": "1m"}) == Thresholds(1000, 600, 1024**2, 1024**2)
+    assert home_thresholds({}) == Thresholds() and not home_thresholds({}).enabled
+    assert home_thresholds({"homeStopCount": "0", "homeResumeCount": "5"}) == Thresholds()  # not used
+
+
+def test_a_home_resume_above_its_stop_names_both_keys() -> None:
+    with pytest.raises(ConfigurationError, match=r"spark.flow.homeResumeCount='900'.*<= spark.flow.homeStopCount=500"):
+        home_thresholds({"spark.flow.homeStopCount": "500", "spark.flow.homeResumeCount": "900"})
+
+
+@pytest.mark.parametrize("key, value", [("spark.flow.homeStopCount", "-1"), ("spark.flow.homeResumeSize", "-8k"),
+                                        ("spark.flow.homeStopCount", "1.5")])
+def test_a_bad_home_limit_names_the_key_the_value_and_what_is_allowed(key: str, value: str) -> None:
+    with pytest.raises(ConfigurationError, match=re.escape(f"{key}={value!r} is not valid: allowed is")):
+        check_conf({key: value})
+    with pytest.raises(ConfigurationError, match=re.escape(f"{key}={value!r}")):
+        home_thresholds({key: value})
+
+
+def test_a_home_limit_is_neither_a_queue_setting_nor_a_pattern_key() -> None:
+    with pytest.raises(ConfigurationError, match="a queue setting here"):
+        queue_settings("q", {"flow.homeStopCount": "10"})
+    with pytest.raises(UnknownKeyError):
+        check_conf({"spark.flow.queues.events.homeStopCount": "10"})
+
+
+def test_a_home_limit_among_a_producers_options_says_where_it_belongs() -> None:
+    with pytest.raises(ConfigurationError, match=r"homeStopCount='10'.*a producer setting here.*a home setting: "
+                                                 r"spark\.flow\.homeStopCount in the Spark conf, or spark-flow set-home"):
+        producer_settings("q", {"homeStopCount": "10"})
