@@ -47,8 +47,10 @@ def main() -> None:
     options = parser(__doc__, "bench/overhead.json")
     options.add_argument("--rows", type=int, default=200_000)
     options.add_argument("--commits", type=int, default=20)
-    options.add_argument("--rounds", type=int, default=15)
+    options.add_argument("--rounds", type=int, default=15, help="counted rounds, at least 2 (the round ratios' quartiles)")
     args = options.parse_args()
+    if args.rounds < 2:
+        options.error(f"--rounds={args.rounds}: at least 2 (the report gives the round ratios' quartiles)")
     at_start = machine()
     spark = get_spark(local_conf(2))
     spark.sparkContext.setLogLevel("ERROR")

@@ -2,8 +2,8 @@
 # MAGIC %md
 # MAGIC # spark-flow quickstart
 # MAGIC Declare a Delta queue, run a producer faster than its consumer, watch flow control hold and
-# MAGIC resume the producer in the status table, change a threshold at run time, stop the producer by
-# MAGIC hand, and plot the depth against the thresholds.
+# MAGIC resume the producer in the status table, change a threshold at run time, hold it with a
+# MAGIC limit on the whole home, stop the producer by hand, and plot the depth against the thresholds.
 # MAGIC
 # MAGIC Runs on Databricks (the cluster's session is used as it is: classic compute, or Spark Connect
 # MAGIC on serverless and standard access mode) and locally:
@@ -102,6 +102,29 @@ print(held_batches()[0])
 admin.set("orders", stopCount=400, resumeCount=200)
 wait_for("stop 400 in force", lambda: status().get("stop_count") == 400)
 wait_for("the producer resumed under the new thresholds", lambda: status().get("flow_stopped") is False)
+
+# COMMAND ----------
+
+# MAGIC %md A limit on the whole home: the total depth of every queue registered under
+# MAGIC `spark.flow.home` (as ActiveMQ's `systemUsage` beside each destination's limits). Over the
+# MAGIC home's stop, every producer of every queue of the home is held, even one whose queue is
+# MAGIC under its own stop; the home has its own status row (queue `>`, subscription `home`).
+
+# COMMAND ----------
+
+
+def home_status():
+    rows = admin.status(">")
+    rows = rows[rows["queue"] == ">"]
+    return rows.to_dict("records")[0] if len(rows) else {}
+
+
+admin.set_home(homeStopCount=100, homeResumeCount=50)
+wait_for("the home holds the producer (its queue under its own stop)", lambda: home_status().get("flow_stopped") is True)
+print(admin.status(">").T)
+held_at = queue.refresh()
+admin.unset_home("homeStopCount", "homeResumeCount")
+wait_for("the producer goes on without the home's limit", lambda: queue.refresh() > held_at)
 
 # COMMAND ----------
 

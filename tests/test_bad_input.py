@@ -182,6 +182,8 @@ CONF_VALUES = [
     ("producerFlowControl", "maybe", "true or false"), ("producersStopped", "sometimes", "true or false"),
     ("stallTimeout", "forever", DURATION), ("stalledConsumerPolicy", "ignore", "one of flag, skip"),
     ("stopAge", "-5s", DURATION), ("resumeAge", "a while", DURATION),
+    ("homeStopCount", "-1", WHOLE), ("homeResumeCount", "many", WHOLE), ("homeStopSize", "big", SIZE),
+    ("homeResumeSize", "-1k", SIZE),
 ]
 
 CASES = [
