@@ -59,11 +59,6 @@ class GateStatus:
         return self.home is not None and self.home.flow_stopped
 
     @property
-    def limited(self) -> bool:
-        """Whether any limit applies to the producers (so they write in capacity windows)."""
-        return self.thresholds.enabled or (self.home is not None and self.home.limited)
-
-    @property
     def depth(self) -> Depth:
         """The deepest subscription's depth (the one that stops producers first)."""
         return max(self.depths.values(), key=lambda d: (d.count, d.size), default=Depth())
@@ -117,39 +112,54 @@ class Gate:
         """Before a batch's first write: raise if this queue refuses it, so a refused batch is in
         none of its queues. A ``ring-strict`` queue refuses a batch larger than its max; a
         stopped queue refuses a producer with ``onFull`` reject (at once) or reject-after
-        (after ``rejectTimeout``). Returns the seconds held."""
+        (after ``rejectTimeout``). Returns the seconds held. A ``hold`` producer into any other
+        queue is never refused, so nothing is looked at."""
+        settings = self.queue.settings()
+        if settings.policy != "ring-strict" and self.producer.on_full == "hold":
+            return 0.0
         status = self.observe()
         if status.settings.policy == "ring-strict":
             _refuse_over_max(status, batch)
         if status.stopped and self.producer.on_full != "hold":
-            return self.admit(is_active, started=False)[1]
+            return self.admit(is_active, started=False)[0]
         return 0.0
 
-    def admit(self, is_active: Callable[[], bool], *, started: bool) -> tuple[GateStatus, float, float]:
+    def admit(self, is_active: Callable[[], bool], *, started: bool) -> tuple[float, float]:
         """How many more messages this producer may write now, once it may write any.
 
         A ``hold`` producer writes the first part of a fresh batch at once: its capacity window
-        (Qpid's), the messages in flight when the queue turned ON. Anything after it (the next
-        chunk, the rest of a replayed batch: ``started``), any part for a ``reject`` producer,
-        and anything while an operator stopped the producers waits until the queue is not
-        stopped. Returns the status, the seconds held and the window: ``capacity`` messages,
-        or all of them when the queue has no flow control. Raises
+        (Qpid's), the messages in flight when the queue turned ON; so it needs no look at the
+        queue's depth (the look after the write, :meth:`complete`, is the batch's one look).
+        Anything after it (the next chunk, the rest of a replayed batch: ``started``), any part
+        for a ``reject`` producer, and anything while an operator stopped the producers waits
+        until the queue is not stopped. Returns the seconds held and the window: ``capacity``
+        messages, or all of them when no limit applies to the producers. Raises
         :class:`HoldInterruptedError` when the query is stopped while held.
         """
-        status, held = self.observe(), 0.0
-        if status.stopped and (started or self.producer.on_full != "hold" or status.settings.producers_stopped):
-            status, held = self.wait(is_active)
+        settings, held = self.queue.settings(), 0.0
+        if started or self.producer.on_full != "hold" or settings.producers_stopped:
+            status = self.observe()
             if status.stopped:
-                raise HoldInterruptedError(f"query stopped while held by queue {status.queue!r} in mid-batch; the "
-                                           "rest of the batch is enqueued when the query restarts")
-        return status, held, self.producer.capacity if status.limited else math.inf
+                status, held = self.wait(is_active)
+                if status.stopped:
+                    raise HoldInterruptedError(f"query stopped while held by queue {status.queue!r} in mid-batch; "
+                                               "the rest of the batch is enqueued when the query restarts")
+            settings = status.settings
+        return held, self.producer.capacity if self._limited(settings) else math.inf
 
-    def make_room(self, status: GateStatus) -> None:
+    def _limited(self, settings: QueueSettings) -> bool:
+        """Whether any limit applies to the producers (so they write in capacity windows): the
+        queue's thresholds, or its home's limits when its producers are flow-controlled."""
+        return settings.thresholds.enabled or (self.home is not None and settings.flow_controlled
+                                               and self.home.thresholds().enabled)
+
+    def make_room(self) -> None:
         """After a write into a ring queue: move subscriptions past the oldest messages beyond
         the queue's max."""
-        if status.settings.policy.startswith("ring"):
+        settings = self.queue.settings()
+        if settings.policy.startswith("ring"):
             self.queue.refresh()
-            self.queue.discard_oldest(status.settings)
+            self.queue.discard_oldest(settings)
 
     def complete(self, is_active: Callable[[], bool]) -> tuple[GateStatus, float]:
         """Whether a written batch may complete: a ``hold`` producer's batch completes only once

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from spark_flow.tables import StateTable
+from spark_flow.tables import StateTable, read_rows
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -67,6 +67,6 @@ class Registry:
         if table is None:
             return {}
         if self._listed[0] != table.version():
-            rows = table.to_pyarrow_table(columns=["name", "path"]).to_pylist()
+            rows = read_rows(table, ["name", "path"])
             self._listed = (table.version(), {r["name"]: r["path"] for r in sorted(rows, key=lambda r: r["name"])})
         return dict(self._listed[1])

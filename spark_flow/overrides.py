@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from spark_flow.tables import StateTable
+from spark_flow.tables import StateTable, read_rows
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -45,7 +45,7 @@ class OverrideTable:
         """The settings in force, read again only when the table has a new version."""
         table = self._table.open()
         if table is not None and table.version() != self._version:
-            rows = table.to_pyarrow_table(columns=["key", "value", "command_id"]).to_pylist()
+            rows = read_rows(table, ["key", "value", "command_id"])
             self._settings = {row["key"]: row["value"] for row in rows if row["value"] is not None}
             self._applied = max((row["command_id"] for row in rows), default=-1)
             self._version = table.version()

@@ -33,7 +33,7 @@ from spark_flow.exceptions import (
     FlowControlError,
     SchemaMismatchError,
 )
-from spark_flow.gate import Gate, GateStatus
+from spark_flow.gate import Gate
 from spark_flow.ledger import METADATA_KEY, Depth
 from spark_flow.queue import Queue, open_queue, queue_location
 from spark_flow.session import is_connect, still_active, streaming_query
@@ -336,13 +336,13 @@ class QueueSink:
             if count:
                 log.info("batch %d already enqueued into %r (replay); skipping its write", batch_id, queue.name)
             return Depth(count, total_size)
-        status, window = self._admit(gate, is_active, batch_id, done, count)
+        window = self._admit(gate, is_active, batch_id, done, count)
         if done == 0 and count <= window:
             self._write(rows, queue, app_id, base + count, count, total_size, batch_id)
         else:
             self._write_chunks(rows, size, gate, int(min(count - done, window)), app_id, batch_id, done, count,
                                is_active)
-        gate.make_room(status)
+        gate.make_room()
         return Depth(count, total_size)
 
     def _message_size(self, schema: StructType) -> tuple[Column, tuple[Column, Column]]:
@@ -382,13 +382,14 @@ class QueueSink:
             _unpersist(indexed)
 
     def _admit(self, gate: Gate, is_active: Callable[[], bool], batch_id: int, written: int,
-               count: int) -> tuple[GateStatus, float]:
+               count: int) -> float:
         """:meth:`Gate.admit` for the rest of a batch ``written`` of whose ``count`` messages are
-        in: a refusal says so, and that a restart writes the rest (the replay skips what is in)."""
+        in: a refusal says so, and that a restart writes the rest (the replay skips what is in).
+        Returns the window."""
         try:
-            status, held, window = gate.admit(is_active, started=written > 0)
+            held, window = gate.admit(is_active, started=written > 0)
             self._held[gate.queue.path] += held
-            return status, window
+            return window
         except FlowControlError as error:
             if not written:
                 raise

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from spark_flow.home import control_path
-from spark_flow.tables import StateTable, sql_string
+from spark_flow.tables import StateTable, read_rows, sql_string
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -116,6 +116,6 @@ def _missing_transitions(table: DeltaTable, rows: Sequence[Mapping[str, Any]]) -
     if not wanted:
         return []
     key = ("queue", "subscription", "event", "flow_stopped_count")
-    seen = {tuple(r[k] for k in key) for r in table.to_pyarrow_table(columns=list(key)).to_pylist()
+    seen = {tuple(r[k] for k in key) for r in read_rows(table, list(key))
             if r["event"] in TRANSITIONS}
     return [r for r in wanted if tuple(r[k] for k in key) not in seen]

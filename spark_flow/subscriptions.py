@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from spark_flow.exceptions import QueueNotFoundError, SubscriptionInUseError, SubscriptionNotFoundError
 from spark_flow.ledger import Position
-from spark_flow.tables import StateTable, retry_commit, sql_string
+from spark_flow.tables import StateTable, read_rows, retry_commit, sql_string
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -131,7 +131,7 @@ class SubscriptionTable:
             raise QueueNotFoundError(self.queue, f"its subscriptions table at {self.location} is missing: declare it again")
         version = table.version()
         if self._listed[0] != version:
-            rows = table.to_pyarrow_table().to_pylist()
+            rows = read_rows(table)
             self._listed = (version, sorted((Subscription(**row) for row in rows), key=lambda s: s.name))
         return list(self._listed[1])
 
@@ -165,8 +165,12 @@ class SubscriptionTable:
         ``discarded`` counts messages skipped without delivery (ring queues). A ``reader`` (a
         streaming query, see :meth:`claim`) acknowledges only while it holds the subscription:
         a reader another took over raises instead of moving a position it no longer owns.
+        A position already reached writes nothing (a source acknowledges each batch twice:
+        at the next batch's start and in ``commit``).
         """
         position = Position.of(position)
+        if self.get(name).acknowledged >= position:
+            return self._not_moved(name, reader)
         row = {"name": name, "position": position.version, "index": position.index, "discarded": discarded,
                "now": datetime.now(UTC)}
         update = {"position": "s.position", "index": "s.index", "updated_at": "s.now",
@@ -177,11 +181,14 @@ class SubscriptionTable:
             update |= {"reader": "s.reader", "reader_seen": "s.now"}
             predicate += " AND (t.reader IS NULL OR t.reader = s.reader)"
         metrics = self._merge(row, lambda m: m.when_matched_update(update, predicate=predicate))
-        if metrics["num_target_rows_updated"] == 0:
-            sub = self.get(name)  # raises for an unknown subscription
-            if reader is not None and sub.reader not in (None, reader):
-                raise SubscriptionInUseError(self.queue, name, sub.reader, age(sub.reader_seen), None)
-        return metrics["num_target_rows_updated"] > 0
+        return metrics["num_target_rows_updated"] > 0 or self._not_moved(name, reader)
+
+    def _not_moved(self, name: str, reader: str | None) -> bool:
+        """An acknowledgement that did not move ``name``: raises if another reader holds it."""
+        sub = self.get(name)  # raises for an unknown subscription
+        if reader is not None and sub.reader not in (None, reader):
+            raise SubscriptionInUseError(self.queue, name, sub.reader, age(sub.reader_seen), None)
+        return False
 
     def add_downstream(self, name: str, paths: tuple[str, ...] | list[str]) -> None:
         """Record queues the consumer of ``name`` writes to (kept with those recorded before;

@@ -40,6 +40,21 @@ def test_acknowledge_moves_forward_only_and_counts_discarded(subs: SubscriptionT
     assert (sub.position, sub.discarded_count) == (8, 3)
 
 
+def test_acknowledging_a_position_reached_writes_nothing(subs: SubscriptionTable) -> None:
+    """A source acknowledges each batch twice (at the next batch's start and in ``commit``):
+    the second is answered from the table as read, no MERGE and no commit, and is still
+    refused to a reader that lost the claim."""
+    subs.create("default", 0)
+    subs.claim("default", "query-a", timeout=60)
+    assert subs.acknowledge("default", Position(5, 10), reader="query-a")
+    version = subs._table.open().version()
+    assert not subs.acknowledge("default", Position(5, 10), reader="query-a")
+    assert not subs.acknowledge("default", 5, reader="query-a")
+    assert subs._table.open().version() == version, "no MERGE for a position already reached"
+    with pytest.raises(SubscriptionInUseError):
+        subs.acknowledge("default", 4, reader="query-b")
+
+
 def test_acknowledge_inside_a_commit(subs: SubscriptionTable) -> None:
     """A position inside a commit is after the version before it and before the version itself."""
     subs.create("default", 4)
