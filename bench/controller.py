@@ -1,11 +1,12 @@
-"""Controller scaling: micro-batch time of the flow controller watching 1, 100 and 1,000 queues.
+"""Controller scaling: micro-batch time of the flow controller watching 1, 100, 1,000 and 5,000 queues.
 
 Queues are copies of one declared queue (3 messages enqueued, stop 2 / resume 1, so every queue
-is flow-stopped), registered in one home per size; the controller then runs in
-this session and the median ``triggerExecution`` of its batches after the first is reported,
-with the time per queue. Writes bench/controller.json and bench/controller.png.
+is flow-stopped), registered in one home per size (one registry commit for them all); the
+controller then runs in this session and the median ``triggerExecution`` of its batches after
+the first is reported, with the time per queue. Writes bench/controller.json and
+bench/controller.png.
 
-    .venv/bin/python bench/controller.py [--sizes 1 100 1000] [--batches 5]
+    .venv/bin/python bench/controller.py [--sizes 1 100 1000 5000] [--batches 5]
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ def copy_queue(template: Queue, path: str, name: str) -> None:
 
 def main() -> None:
     options = parser(__doc__, "bench/controller.json")
-    options.add_argument("--sizes", type=int, nargs="+", default=[1, 100, 1000])
+    options.add_argument("--sizes", type=int, nargs="+", default=[1, 100, 1000, 5000])
     options.add_argument("--batches", type=int, default=5, help="controller batches timed per size (after the first)")
     args = options.parse_args()
     report = {"machine": machine(), "results": {}}
@@ -58,12 +59,11 @@ def main() -> None:
     results = report["results"]
     for size in args.sizes:
         home = str(base / f"home{size}")
-        registry = Registry(home)
         began = time.perf_counter()
-        for i in range(size):
-            path = str(base / f"q{size}" / f"queue{i}")
-            copy_queue(template, path, f"queue{i}")
-            registry.register(f"queue{i}", path)
+        queues = {f"queue{i}": str(base / f"q{size}" / f"queue{i}") for i in range(size)}
+        for name, path in queues.items():
+            copy_queue(template, path, name)
+        Registry(home).register_all(queues)
         setup = time.perf_counter() - began
         query = start_controller(spark, home, trigger="100 milliseconds",
                                  checkpoint_location=str(base / f"checkpoint{size}"))

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from spark_flow.config import check_conf, conf_settings, parse_duration, session_flow_conf
 from spark_flow.controller_sink import ControllerSink
 from spark_flow.exceptions import ConfigurationError
-from spark_flow.flowstep import OUTPUT_SCHEMA, STATE_SCHEMA, FlowStep
+from spark_flow.flowstep import OUTPUT_SCHEMA, STATE_SCHEMA, FlowStep, step_input
 from spark_flow.home import HOME_CONF, Registry, control_path
 from spark_flow.names import normalize_path
 from spark_flow.observation import FlowControlDataSource
@@ -87,7 +87,7 @@ def start_controller(
         registry.register(handle.name, handle.path)
     spark.dataSource.register(FlowControlDataSource)
     observations = spark.readStream.format("flowcontrol").option("home", home).options(**as_conf(storage)).load()
-    steps = observations.groupBy("queue", "subscription").applyInPandasWithState(
+    steps = step_input(observations).groupBy("queue", "subscription").applyInPandasWithState(
         FlowStep(forget_ms), OUTPUT_SCHEMA, STATE_SCHEMA, "Update", GroupStateTimeout.ProcessingTimeTimeout)
     checkpoint = checkpoint_location or control_path(home, "checkpoints/controller")
     return (steps.writeStream.outputMode("update").foreachBatch(ControllerSink(home, query_name, storage)).queryName(query_name)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from spark_flow.commands import HOME_COMMANDS, command_settings, with_settings
 from spark_flow.config import queue_settings
 from spark_flow.exceptions import SubscriptionNotFoundError
+from spark_flow.flowstep import step_rows
 from spark_flow.homeflow import HOME_QUEUE, HOME_STATE, open_home
 from spark_flow.ledger import Depth
 from spark_flow.observation import now_ms
@@ -44,7 +45,7 @@ class ControllerSink:
         self._home_shown = False  # whether this controller wrote the home's status row
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        rows = batch.toArrow().to_pylist()
+        rows = step_rows(batch.toArrow())
         query = streaming_query(batch.sparkSession, self.query_name)
         query_id = query.id if query is not None else self.query_name
         history = []

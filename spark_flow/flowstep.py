@@ -5,10 +5,16 @@ The step adopts the flow state the subscriptions table shows (gates may have mov
 the machine with the observed depth, follows each consumer's progress (stalled, recovered,
 evicted) and emits a status row and events. No I/O: the rule is tested directly, and a
 replayed batch decides the same.
+
+Observations come in, and rows go out, as one JSON text each (:func:`step_input`,
+:func:`step_rows`): ``applyInPandasWithState`` converts every column of every group between
+Arrow and pandas one group at a time, and with a thousand groups of one row that per-column
+cost was most of the controller's batch; the step's rows themselves are plain dicts either way.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, astuple, dataclass
 from typing import TYPE_CHECKING, Any
@@ -19,9 +25,16 @@ from spark_flow.state import FlowState, Thresholds
 
 if TYPE_CHECKING:
     import pandas as pd
+    import pyarrow as pa
+    from pyspark.sql import DataFrame
     from pyspark.sql.streaming.state import GroupState
 
-OUTPUT_SCHEMA = (
+#: The step's input column (an observation as JSON) and output column (a row as JSON).
+OBSERVATION = "observation"
+ROW = "row"
+OUTPUT_SCHEMA = f"{ROW} STRING"
+#: The fields of an output row: its kind (status, event, command, gone) and what it says.
+ROW_SCHEMA = (
     "kind STRING, event STRING, detail STRING, queue STRING, path STRING, subscription STRING, time BIGINT, "
     "position BIGINT, latest BIGINT, depth_count BIGINT, depth_size BIGINT, oldest_enqueue BIGINT, "
     "stop_count BIGINT, resume_count BIGINT, stop_size BIGINT, resume_size BIGINT, stop_age DOUBLE, "
@@ -62,20 +75,18 @@ class FlowStep:
         self.forget_after_ms = forget_after_ms
 
     def __call__(self, key: tuple, frames: Iterator[pd.DataFrame], state: GroupState) -> Iterator[pd.DataFrame]:
-        import pandas as pd
-
         queue, subscription = key
         if state.hasTimedOut:
             state.remove()
             yield _frame([{"kind": "gone", "queue": queue, "subscription": subscription,
                            "time": state.getCurrentProcessingTimeMs()}])
             return
-        observed = pd.concat(list(frames), ignore_index=True)
+        observed = [json.loads(text) for frame in frames for text in frame[OBSERVATION].tolist()]
         if subscription == COMMANDS_KEY:
-            commands = observed.sort_values("command_id")
-            yield _frame([{**row, "kind": "command", "time": row["observed_at"]} for row in _records(commands)])
+            commands = sorted(observed, key=lambda row: row["command_id"])
+            yield _frame([{**row, "kind": "command", "time": row["observed_at"]} for row in commands])
             return
-        obs = _records(observed.sort_values("observed_at"))[-1]
+        obs = sorted(observed, key=lambda row: row["observed_at"])[-1]
         before = ControllerState(*state.get) if state.exists else None
         after, rows = step(before, obs)
         state.update(astuple(after))
@@ -153,21 +164,25 @@ def _recorded_events(known: FlowState, recorded: FlowState) -> list[tuple[str, s
     return events
 
 
-_OUTPUT_FIELDS = [part.strip().split(" ")[0] for part in OUTPUT_SCHEMA.split(",")]
+_ROW_FIELDS = [part.strip().split(" ")[0] for part in ROW_SCHEMA.split(",")]
+
+
+def step_input(observations: DataFrame) -> DataFrame:
+    """The observations as the step takes them: the key columns and the whole observation as
+    one JSON text (nulls kept, so every field is there)."""
+    from pyspark.sql import functions as F
+
+    return observations.select("queue", "subscription", F.to_json(F.struct("*"), {"ignoreNullFields": "false"})
+                               .alias(OBSERVATION))
+
+
+def step_rows(output: pa.Table) -> list[dict[str, Any]]:
+    """The step's output rows (a micro-batch of it, as Arrow) as dicts with every field of
+    :data:`ROW_SCHEMA`."""
+    return [json.loads(text) for text in output.column(ROW).to_pylist()]
 
 
 def _frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     import pandas as pd
 
-    return pd.DataFrame([{name: row.get(name) for name in _OUTPUT_FIELDS} for row in rows], columns=_OUTPUT_FIELDS)
-
-
-def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
-    """Rows as dicts of plain Python values, pandas' missing values as None."""
-    return [{k: (None if _missing(v) else v) for k, v in row.items()} for row in frame.to_dict("records")]
-
-
-def _missing(value: Any) -> bool:
-    import pandas as pd
-
-    return value is None or (not isinstance(value, (str, bytes, list, dict)) and bool(pd.isna(value)))
+    return pd.DataFrame({ROW: [json.dumps({name: row.get(name) for name in _ROW_FIELDS}) for row in rows]})

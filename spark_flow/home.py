@@ -53,11 +53,17 @@ class Registry:
 
     def register(self, name: str, path: str) -> None:
         """Add queue ``name`` at ``path``, or move the name to ``path``."""
+        self.register_all({name: path})
+
+    def register_all(self, queues: Mapping[str, str]) -> None:
+        """Add or move several queues (name -> path) in one commit: registering thousands one
+        commit each would cost a MERGE per queue."""
         import pyarrow as pa
 
-        row = pa.Table.from_pylist([{"name": name, "path": path, "registered_at": datetime.now(UTC)}],
-                                   schema=_schema())
-        self._table.upsert(row, "t.name = s.name", lambda m: m.when_matched_update(
+        now = datetime.now(UTC)
+        rows = pa.Table.from_pylist([{"name": name, "path": path, "registered_at": now} for name, path in queues.items()],
+                                    schema=_schema())
+        self._table.upsert(rows, "t.name = s.name", lambda m: m.when_matched_update(
             {"path": "s.path"}, predicate="t.path <> s.path").when_not_matched_insert_all())
 
     def queues(self) -> dict[str, str]:

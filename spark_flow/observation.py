@@ -4,6 +4,13 @@ plus the operator commands issued since the last batch.
 
 Offsets are ``{"tick": n, "commands": id}``: every trigger is a new look, and the commands up to
 ``id`` belong to that batch, so a replayed batch applies the same commands.
+
+The queues are looked at in ``partitions()``, which Spark runs in the source's one long-lived
+process: the queue handles opened there stay open between micro-batches, so a look reads only
+what changed since the last one (the ledger's new commits, a state table's new version) and
+never opens a queue again. Read tasks run in whichever Python worker is free, where every
+worker would open every queue once more. The looks overlap (deltalake releases the GIL while
+it reads storage); the queues a consumer writes to are looked at after them, once per batch.
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ import json
 import logging
 import time
 from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -26,11 +34,14 @@ from spark_flow.homeflow import open_home
 from spark_flow.names import normalize_path
 from spark_flow.queue import open_queue
 from spark_flow.storage import storage_options
+from spark_flow.subscriptions import Subscription
 
 log = logging.getLogger("spark_flow.controller")
 
 #: The key of command rows: no subscription has an empty name.
 COMMANDS_KEY = ""
+#: Queues looked at at once: each look mostly waits on storage.
+LOOKS_AT_ONCE = 8
 
 OBSERVATION_SCHEMA = (
     "kind STRING, queue STRING, path STRING, subscription STRING, observed_at BIGINT, position BIGINT, "
@@ -42,9 +53,9 @@ OBSERVATION_SCHEMA = (
 )
 @dataclass(frozen=True)
 class ObservePartition(InputPartition):
-    """Queues to look at in one read task; the first task also carries the commands to apply."""
+    """Observations one read task yields; the first task also reads the commands to apply."""
 
-    queues: tuple[tuple[str, str], ...]
+    rows: tuple[tuple, ...]
     commands_after: int = -1
     commands_upto: int = -1
     home: str = ""
@@ -100,20 +111,17 @@ class ObservationReader(DataSourceStreamReader):
         return {"tick": start["tick"] + 1, "commands": max(CommandLog(self.home, self.storage_options).latest(), start["commands"])}
 
     def partitions(self, start: dict, end: dict) -> list[ObservePartition]:
-        """The home's queues in up to ``maxPartitions`` tasks; the first also reads the commands."""
-        queues = tuple(Registry(self.home, self.storage_options).queues().items())
-        parts = max(1, min(self.max_partitions, len(queues)))
-        return [ObservePartition(queues[i::parts], start["commands"] if i == 0 else -1,
+        """Look at the home's queues now (see the module's docstring) and hand the observations
+        to up to ``maxPartitions`` tasks; the first also reads the commands."""
+        rows = observe(open_home(self.home, self.storage_options).registry.queues(), self.storage_options)
+        parts = max(1, min(self.max_partitions, len(rows)))
+        return [ObservePartition(tuple(rows[i::parts]), start["commands"] if i == 0 else -1,
                                  end["commands"] if i == 0 else -1, self.home, self.storage_options)
                 for i in range(parts)]
 
     def read(self, partition: ObservePartition) -> Iterator[tuple]:
         """One observation per queue and subscription, then one row per command and queue it targets."""
-        for name, path in partition.queues:
-            try:
-                yield from _observe(name, path, partition.storage_options)
-            except Exception as error:  # a queue dropped or unreadable: its keys time out
-                log.warning("cannot observe queue %r at %s: %s", name, path, error)
+        yield from partition.rows
         if partition.commands_upto > partition.commands_after:
             names = dict(Registry(partition.home, partition.storage_options).queues())
             for command in CommandLog(partition.home, partition.storage_options).read(partition.commands_after, partition.commands_upto):
@@ -139,23 +147,46 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def _observe(name: str, path: str, storage: Mapping[str, str]) -> Iterator[tuple]:
-    """One observation per subscription of a queue: depth, the queue's recorded settings, the
-    recorded flow state."""
-    queue = open_queue(path, storage)
-    latest = queue.refresh()
-    settings = queue.settings()
-    for sub, depth in queue.backlog(refresh=False):
-        transition = sub.last_transition
-        yield _row(backpressured=any(_stopped(d, storage) for d in sub.downstream),
-            kind="observe", queue=name, path=queue.path, subscription=sub.name, observed_at=now_ms(),
-            position=sub.position, latest=latest, depth_count=depth.count, depth_size=depth.size,
-            oldest_enqueue=depth.oldest, **asdict(settings.thresholds),
-            producers_stopped=settings.producers_stopped, stall_timeout=settings.stall_timeout,
-            stalled_policy=settings.stalled_consumer_policy, recorded_stopped=sub.flow_stopped,
-            recorded_count=sub.flow_stopped_count,
-            recorded_transition=int(transition.timestamp() * 1000) if transition else None,
-        )
+def observe(queues: Mapping[str, str], storage: Mapping[str, str]) -> list[tuple]:
+    """One observation per queue (name -> path) and subscription: the queues looked at
+    :data:`LOOKS_AT_ONCE` at a time, then whether each consumer is held back by the queues it
+    writes to, each of those looked at once."""
+    with ThreadPoolExecutor(LOOKS_AT_ONCE) as pool:
+        looks = list(pool.map(lambda queue: _look(*queue, storage), queues.items()))
+    stopped: dict[str, bool] = {}
+    rows = []
+    for sub, row in (entry for look in looks for entry in look):
+        for path in sub.downstream:
+            if path not in stopped:
+                stopped[path] = _stopped(path, storage)
+        rows.append(_row(backpressured=any(stopped[path] for path in sub.downstream), **row))
+    return rows
+
+
+def _look(name: str, path: str, storage: Mapping[str, str]) -> list[tuple[Subscription, dict[str, Any]]]:
+    """Each subscription of a queue with its observation but for ``backpressured``: depth, the
+    queue's recorded settings, the recorded flow state. Nothing for a queue that cannot be read
+    (dropped: its keys time out)."""
+    try:
+        queue = open_queue(path, storage)
+        latest = queue.refresh()
+        settings = queue.settings()
+        looks = []
+        for sub, depth in queue.backlog(refresh=False):
+            transition = sub.last_transition
+            looks.append((sub, dict(
+                kind="observe", queue=name, path=queue.path, subscription=sub.name, observed_at=now_ms(),
+                position=sub.position, latest=latest, depth_count=depth.count, depth_size=depth.size,
+                oldest_enqueue=depth.oldest, **asdict(settings.thresholds),
+                producers_stopped=settings.producers_stopped, stall_timeout=settings.stall_timeout,
+                stalled_policy=settings.stalled_consumer_policy, recorded_stopped=sub.flow_stopped,
+                recorded_count=sub.flow_stopped_count,
+                recorded_transition=int(transition.timestamp() * 1000) if transition else None,
+            )))
+        return looks
+    except Exception as error:  # a queue dropped or unreadable: its keys time out
+        log.warning("cannot observe queue %r at %s: %s", name, path, error)
+        return []
 
 
 def _stopped(path: str, storage: Mapping[str, str]) -> bool:

@@ -437,12 +437,16 @@ _OPEN_LOCK = threading.Lock()
 
 def open_queue(path: str, storage_options: Mapping[str, str] | None = None) -> Queue:
     """A :class:`Queue` for ``path``, shared within the process so its ledger stays warm (one
-    handle per path and storage options)."""
+    handle per path and storage options). Opened outside the lock, so threads open several
+    queues at once (the controller's source); a handle opened twice in a race is dropped."""
     key = (normalize_path(path), tuple(sorted((storage_options or {}).items())))
     with _OPEN_LOCK:
-        if key not in _OPEN:
-            _OPEN[key] = Queue(key[0], storage_options)
-        return _OPEN[key]
+        queue = _OPEN.get(key)
+    if queue is None:
+        queue = Queue(key[0], storage_options)
+        with _OPEN_LOCK:
+            queue = _OPEN.setdefault(key, queue)
+    return queue
 
 
 def _queue_properties(settings: Mapping[str, Any]) -> dict[str, str]:
