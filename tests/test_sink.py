@@ -141,6 +141,22 @@ def test_a_streamed_batch_is_read_once_and_counted_once(spark: SparkSession, tmp
     assert_same_rows(table(spark, queue), messages(spark, range(30)))
 
 
+def test_a_hold_producers_batch_under_capacity_looks_at_the_queue_once(spark: SparkSession, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A hold producer writes a fresh batch's capacity window whatever the depth, so the batch
+    needs one look at the queue: after its write, to know whether to hold it."""
+    looks = []
+    observe = Gate.observe
+    monkeypatch.setattr(Gate, "observe", lambda gate: looks.append(gate.queue.name) or observe(gate))
+    path = str(tmp_path / "q")
+    declare(spark, path, SCHEMA, settings={"stopCount": 100})
+    sink = QueueSink(path, app_id="producer-1", options={"capacity": 50})
+    for batch_id in range(3):
+        sink(messages(spark, range(batch_id * 10, batch_id * 10 + 10)), batch_id)
+    assert len(looks) == 3, "one look per batch"
+    assert [count for _, count, _ in sink_commits(path)] == [10, 10, 10]
+
+
 def test_the_batch_cache_and_session_conf_are_left_as_found(spark: SparkSession, tmp_path: Path) -> None:
     """The sink caches the batch uncompressed while it works on it: afterwards, and after a
     refused batch too, the batch is not cached and the session's compression setting is back."""
