@@ -10,6 +10,7 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
+from spark_flow.admin import FlowAdmin
 from spark_flow.queue import Queue
 from spark_flow.sink import QueueSink
 from spark_flow.source import read_queue
@@ -66,3 +67,10 @@ def is_held(query: StreamingQuery) -> bool:
 def drain(queue: Queue, timeout: float = 90.0) -> None:
     """Wait until every subscription of ``queue`` has acknowledged everything."""
     wait_until(lambda: all(d.count == 0 for d in queue.depths().values()), timeout)
+
+
+def status_of(admin: FlowAdmin, queue: str, subscription: str = "default") -> dict[str, object]:
+    """The controller's status row of ``queue``/``subscription``; empty while it has none."""
+    frame = admin.status()
+    rows = frame[(frame["queue"] == queue) & (frame["subscription"] == subscription)].to_dict("records")
+    return rows[0] if rows else {}

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from invariants import assert_transitions_follow_thresholds
 from pyspark.sql import SparkSession
-from streams import is_held, spark_conf, start_consumer, start_producer, wait_until
+from streams import is_held, spark_conf, start_consumer, start_producer, status_of, wait_until
 
 from spark_flow.admin import FlowAdmin
 from spark_flow.controller import start_controller
@@ -111,12 +111,6 @@ class TestStep:
 def append_plain(spark: SparkSession, path: str, start: int, count: int) -> None:
     """Enqueue with a plain Delta write: no gate looks, so only the controller steps the machine."""
     spark.range(start, start + count).selectExpr("id", "'m' AS body").write.format("delta").mode("append").save(path)
-
-
-def status_of(admin: FlowAdmin, queue: str, subscription: str = "default") -> dict[str, object]:
-    frame = admin.status()
-    rows = frame[(frame["queue"] == queue) & (frame["subscription"] == subscription)].to_dict("records")
-    return rows[0] if rows else {}
 
 
 @pytest.mark.e2e

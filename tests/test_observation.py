@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
-from streams import wait_until
+from streams import status_of, wait_until
 
 from spark_flow.admin import FlowAdmin
 from spark_flow.controller import start_controller, stop_between_batches
@@ -17,12 +17,6 @@ from spark_flow.queue import declare
 from spark_flow.state import FlowState
 
 SCHEMA = "id BIGINT, body STRING"
-
-
-def status_of(admin: FlowAdmin, queue: str, subscription: str = "default") -> dict[str, object]:
-    frame = admin.status()
-    rows = frame[(frame["queue"] == queue) & (frame["subscription"] == subscription)].to_dict("records")
-    return rows[0] if rows else {}
 
 
 @pytest.mark.e2e
