@@ -198,6 +198,7 @@ class FlowQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._recorded = False  # the conf's settings of the downstream queues
         self._reader = uuid.uuid4().hex  # a restart adopts the one in its checkpoint's offsets
         self._claimed = -math.inf  # when the claim was last renewed (time.monotonic)
+        self._acknowledged: Position | None = None  # the ack position this reader last read or moved
         self._last_batch = time.monotonic()  # maxTriggerDelay counts from the last batch, or the start
 
     @property
@@ -277,6 +278,7 @@ class FlowQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         position = queue.subscriptions.get(name).acknowledged  # ahead of start when a ring discarded
         if begin > position:  # every batch up to start is complete
             queue.acknowledge(name, begin, reader=self._reader)
+        self._acknowledged = max(begin, position)
         latest = queue.refresh()
         if self._target is not None:
             latest = min(latest, self._target)
@@ -331,9 +333,16 @@ class FlowQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         yield from open_queue(partition.path, partition.storage_options).read(partition.after, partition.upto).to_batches()
 
     def commit(self, end: dict) -> None:
-        """Acknowledge up to ``end``: Spark has completed the batch ending there."""
-        self._queue.acknowledge(self.settings.subscription, offset_position(end),
-                                reader=end.get("reader", self._reader))
+        """Acknowledge up to ``end``: Spark has completed the batch ending there.
+
+        Spark calls it after :meth:`latestOffset` of the next batch, which acknowledged ``end``
+        already in this process: then nothing is read or written (a look at the subscriptions
+        table per batch saved)."""
+        position = offset_position(end)
+        if self._acknowledged is not None and position <= self._acknowledged:
+            return
+        self._queue.acknowledge(self.settings.subscription, position, reader=end.get("reader", self._reader))
+        self._acknowledged = position
 
 
 

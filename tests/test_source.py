@@ -17,12 +17,14 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.streaming.datasource import ReadAllAvailable
 from streams import wait_until
 
 from spark_flow.ledger import Depth, Position
 from spark_flow.queue import Queue, declare
 from spark_flow.sink import QueueSink
-from spark_flow.source import offset_position, read_queue
+from spark_flow.source import FlowQueueDataSource, offset_position, read_queue
+from spark_flow.subscriptions import SubscriptionTable
 
 SCHEMA = "id BIGINT, body STRING"
 TIMEOUT = 90
@@ -149,6 +151,30 @@ def test_a_batch_inside_a_commit_is_replayed_exactly(spark: SparkSession, queue:
     delivered = [i for _batch, ids in seen for i in ids] + [i for b in (0, 1) for i in attempts[b][0]]
     assert sorted(delivered) == list(range(1000))
     assert queue.depths() == {"default": Depth(0, 0)}
+
+
+def test_commit_after_the_next_batch_acknowledged_it_reads_nothing(spark: SparkSession, queue: Queue,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Spark commits batch N to the source after planning batch N+1, whose ``latestOffset``
+    acknowledged N already: that ``commit`` is answered in the reader's process, without a look
+    at the subscriptions table. A commit of a batch not acknowledged yet still acknowledges it."""
+    first = append(spark, queue, 0, 3)
+    reader = FlowQueueDataSource({"queue": queue.path}).streamReader(None)
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, ReadAllAvailable())
+    assert offset_position(end) == Position(first)
+    reader.commit(end)  # not acknowledged yet: this commit acknowledges it
+    assert queue.subscriptions.get("default").acknowledged == Position(first)
+
+    second = append(spark, queue, 3, 2)
+    after = reader.latestOffset(end, ReadAllAvailable())
+    assert reader.latestOffset(after, ReadAllAvailable()) == after  # acknowledges after; nothing new
+    looks: list[str] = []
+    listed = SubscriptionTable.list
+    monkeypatch.setattr(SubscriptionTable, "list", lambda table: looks.append(table.queue) or listed(table))
+    reader.commit(after)
+    assert looks == [], "the commit of an acknowledged batch looked at the subscriptions table"
+    assert queue.subscriptions.get("default").acknowledged == Position(second)
 
 
 def test_an_offset_without_index_is_the_whole_commit() -> None:
