@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from functools import reduce
 from typing import TYPE_CHECKING, Any
 
+from spark_flow.appends import DirectAppender
 from spark_flow.config import flow_conf, producer_settings, split_options
 from spark_flow.exceptions import (
     ConfigurationError,
@@ -218,6 +219,8 @@ class QueueSink:
         self._held: dict[str, float] = {}  # seconds the current batch was held, per queue path
         self._query_id: str | None = None  # the query running the current batch, in its commits
         self._sizes: dict[str, tuple[Column, tuple[Column, Column]]] = {}  # by schema (JSON)
+        self._appenders: dict[str, DirectAppender] = {}  # by queue path
+        self._delta_writer: set[str] = set()  # queues whose tables need Delta's writer (logged)
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         spark = batch.sparkSession
@@ -405,14 +408,19 @@ class QueueSink:
         makes sure it is written once.
 
         The commit's ``userMetadata`` holds its messages and bytes (the ledger's depth), and the
-        query, batch and seconds held so far (a query listener's report, in whatever process)."""
-        conflicts = _commit_conflicts(rows.sparkSession)
-        metadata = {METADATA_KEY: {"count": int(count), "size": int(size), "producer": app_id, "batch": batch_id,
-                                   "query": self._query_id, "held": round(self._held[queue.path], 3)}}
-        writer = (rows.write.format("delta").mode("append").option("txnAppId", app_id)
-                  .option("txnVersion", str(txn_version)).option("userMetadata", json.dumps(metadata)))
+        query, batch and seconds held so far (a query listener's report, in whatever process).
+        A table that needs nothing of Delta's writer is appended to as Parquet files and a
+        deltalake commit (:mod:`spark_flow.appends`), with the same transaction and metadata."""
+        metadata = json.dumps({METADATA_KEY: {"count": int(count), "size": int(size), "producer": app_id,
+                                              "batch": batch_id, "query": self._query_id,
+                                              "held": round(self._held[queue.path], 3)}})
         if queue.path in self._claims:  # only one application may write it: renew this one's claim
             self._claims[queue.path].hold()
+        if self._direct_append(queue, rows, app_id, txn_version, metadata):
+            return
+        conflicts = _commit_conflicts(rows.sparkSession)
+        writer = (rows.write.format("delta").mode("append").option("txnAppId", app_id)
+                  .option("txnVersion", str(txn_version)).option("userMetadata", metadata))
         for attempt in itertools.count():
             try:
                 writer.save(queue.path)
@@ -423,6 +431,21 @@ class QueueSink:
                 log.info("queue %r: its metadata changed during batch %d's append (%s); appending again",
                          queue.name, batch_id, type(error).__name__)
                 time.sleep(min(0.05 * 2**attempt, 1.0))
+
+    def _direct_append(self, queue: Queue, rows: DataFrame, app_id: str, txn_version: int, metadata: str) -> bool:
+        """Append as Parquet files and a deltalake commit when the queue's table allows it;
+        False when it needs Delta's writer (the reason logged once per queue)."""
+        appender = self._appenders.get(queue.path)
+        if appender is None:
+            appender = self._appenders[queue.path] = DirectAppender(queue.path, self._storage)
+        refusal = appender.refusal()
+        if refusal is None and appender.append(rows, app_id, txn_version, metadata):
+            return True
+        if queue.path not in self._delta_writer:
+            self._delta_writer.add(queue.path)
+            log.info("queue %r is appended to by Delta's writer: its table has %s", queue.name,
+                     refusal or appender.refusal())
+        return False
 
     def _hold(self, batch_id: int, gates: Mapping[str, Gate], enqueued: Mapping[str, Depth],
               is_active: Callable[[], bool]) -> None:

@@ -1,0 +1,107 @@
+"""Queue appends as one Spark write of Parquet files and one deltalake commit, and the tables
+that keep Delta's writer because they need it."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from chispa import assert_df_equality
+from deltalake import DeltaTable
+from pyspark.sql import DataFrame, SparkSession
+
+from spark_flow.appends import DirectAppender, direct_append_refusal
+from spark_flow.ledger import METADATA_KEY
+from spark_flow.queue import declare
+from spark_flow.sink import TXN_SPAN, QueueSink
+
+SCHEMA = "id BIGINT, body STRING"
+
+
+def messages(spark: SparkSession, first: int, count: int) -> DataFrame:
+    return spark.createDataFrame([(i, f"m{i}") for i in range(first, first + count)], SCHEMA)
+
+
+def newest_commit(path: str) -> dict:
+    return DeltaTable(path).history(1)[0]
+
+
+def test_a_plain_queue_is_appended_as_parquet_files_and_one_deltalake_commit(spark: SparkSession,
+                                                                             tmp_path: Path) -> None:
+    """Delta's writer costs most of a small batch outside its write job; a queue table that needs
+    nothing of it gets the batch's Parquet files from Spark and one commit from deltalake, with
+    the producer's transaction and metadata. Spark reads the messages, its change feed lists
+    them as inserts, and no ``_SUCCESS`` marker is left (VACUUM would never remove one)."""
+    path = str(tmp_path / "q")
+    declare(spark, path, SCHEMA, settings={"stopCount": 100})
+    sink = QueueSink(path, app_id="producer-1", options={"capacity": 50})
+    sink(messages(spark, 0, 30), 0)
+
+    commit = newest_commit(path)
+    assert commit["engineInfo"].startswith("delta-rs"), commit
+    metadata = json.loads(commit["userMetadata"])[METADATA_KEY]
+    assert (metadata["count"], metadata["size"], metadata["batch"]) == (30, 30 * 8 + sum(len(f"m{i}") for i in range(30)), 0)
+    assert DeltaTable(path).transaction_version("producer-1") == 0 * TXN_SPAN + 30
+    assert_df_equality(spark.read.format("delta").load(path), messages(spark, 0, 30),
+                       ignore_row_order=True, ignore_nullable=True)
+    changes = (spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", 0).load(path)
+               .where("_change_type = 'insert'").select("id", "body"))
+    assert_df_equality(changes, messages(spark, 0, 30), ignore_row_order=True, ignore_nullable=True)
+    written = [name for _dir, _subdirs, names in os.walk(path) for name in names]
+    assert "_SUCCESS" not in written
+
+
+def test_a_write_committed_before_is_not_committed_again(spark: SparkSession, tmp_path: Path) -> None:
+    """The commit carries ``txnAppId``/``txnVersion``: a write whose transaction is in the table
+    (a replay after a crash between the commit and the batch's end) commits nothing."""
+    path = str(tmp_path / "q")
+    declare(spark, path, SCHEMA)
+    appender = DirectAppender(path)
+    assert appender.append(messages(spark, 0, 5), "app", 7, "{}")
+    version = DeltaTable(path).version()
+    assert appender.append(messages(spark, 0, 5), "app", 7, "{}")
+    assert appender.append(messages(spark, 0, 5), "app", 6, "{}")
+    assert DeltaTable(path).version() == version
+    assert spark.read.format("delta").load(path).count() == 5
+
+
+NEEDS_DELTAS_WRITER = {
+    "NOT NULL column 'id'": "CREATE TABLE delta.`{path}` (id BIGINT NOT NULL, body STRING) USING delta",
+    "writer features ['checkConstraints']": (
+        "CREATE TABLE delta.`{path}` (id BIGINT, body STRING) USING delta; "
+        "ALTER TABLE delta.`{path}` ADD CONSTRAINT positive CHECK (id >= 0)"),
+    "partition columns ['body']": "CREATE TABLE delta.`{path}` (id BIGINT, body STRING) USING delta PARTITIONED BY (body)",
+    "writer features ['columnMapping']": ("CREATE TABLE delta.`{path}` (id BIGINT, body STRING) USING delta "
+                       "TBLPROPERTIES ('delta.columnMapping.mode' = 'name')"),
+    "writer features ['deletionVectors']": ("CREATE TABLE delta.`{path}` (id BIGINT, body STRING) USING delta "
+                                            "TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')"),
+}
+
+
+@pytest.mark.parametrize("reason", list(NEEDS_DELTAS_WRITER))
+def test_a_table_that_needs_deltas_writer_keeps_it(spark: SparkSession, tmp_path: Path, reason: str) -> None:
+    """Constraints, column mapping, partitions and writer features deltalake does not write are
+    Delta's writer's to keep: a queue on such a table is appended to by it, as before."""
+    path = str(tmp_path / "q")
+    for statement in NEEDS_DELTAS_WRITER[reason].format(path=path).split("; "):
+        spark.sql(statement)
+    declare(spark, path, SCHEMA)
+    assert direct_append_refusal(DeltaTable(path)) == reason
+    QueueSink(path, app_id="producer-1")(messages(spark, 0, 3), 0)
+    assert newest_commit(path)["engineInfo"].startswith("Apache-Spark"), reason
+    assert sorted(r.id for r in spark.read.format("delta").load(path).collect()) == [0, 1, 2]
+
+
+def test_delta_enforces_not_null_and_nothing_is_enqueued(spark: SparkSession, tmp_path: Path) -> None:
+    """A NOT NULL column is checked by Delta's writer, so a batch with a null there fails and
+    the queue holds none of it."""
+    path = str(tmp_path / "q")
+    spark.sql(f"CREATE TABLE delta.`{path}` (id BIGINT NOT NULL, body STRING) USING delta")
+    declare(spark, path, SCHEMA)
+    version = DeltaTable(path).version()
+    batch = spark.createDataFrame([(1, "a"), (None, "b")], SCHEMA)
+    with pytest.raises(Exception, match="DELTA_NOT_NULL_CONSTRAINT_VIOLATED"):
+        QueueSink(path, app_id="producer-1")(batch, 0)
+    assert DeltaTable(path).version() == version
