@@ -114,10 +114,9 @@ class DirectAppender:
         # One write job; no _SUCCESS marker (a hidden file VACUUM would keep forever).
         rows.write.mode("errorifexists").option("mapreduce.fileoutputcommitter.marksuccessfuljobs", "false") \
             .parquet(target)
-        listed = (rows.sparkSession.read.format("binaryFile").option("pathGlobFilter", "*.parquet").load(target)
-                  .select("path", "length", "modificationTime").collect())
-        actions = [AddAction(f"{directory}/{row.path.rsplit('/', 1)[1]}", int(row.length), {},
-                             int(row.modificationTime.timestamp() * 1000), True, "{}") for row in listed]
+        actions = [AddAction(f"{directory}/{path.rsplit('/', 1)[1]}", size, {}, modified, True,
+                             json.dumps({"numRecords": records}))
+                   for path, size, modified, records in _written_files(rows, target)]
         properties = CommitProperties(custom_metadata={"userMetadata": user_metadata},
                                       app_transactions=[Transaction(app_id, txn_version)])
 
@@ -132,3 +131,15 @@ class DirectAppender:
             return True
 
         return retry_commit(attempt)
+
+
+def _written_files(rows: DataFrame, target: str) -> list[tuple[str, int, int, int]]:
+    """The Parquet files under ``target``: path, bytes, modification time (ms) and messages,
+    the ``numRecords`` statistic Delta's readers count a table by and a purge counts what it
+    removes by. One job over the files' row counts (no column is read)."""
+    from pyspark.sql import functions as F
+
+    files = rows.sparkSession.read.parquet(target).groupBy(
+        F.col("_metadata.file_path").alias("path"), F.col("_metadata.file_size").alias("size"),
+        F.col("_metadata.file_modification_time").alias("modified")).count().collect()
+    return [(row.path, int(row.size), int(row.modified.timestamp() * 1000), int(row["count"])) for row in files]

@@ -7,6 +7,7 @@ import json
 import os
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from chispa import assert_df_equality
 from deltalake import DeltaTable
@@ -14,7 +15,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from spark_flow.appends import DirectAppender, direct_append_refusal
 from spark_flow.ledger import METADATA_KEY, Position
-from spark_flow.queue import declare
+from spark_flow.queue import declare, purge_acknowledged
 from spark_flow.sink import TXN_SPAN, QueueSink
 
 SCHEMA = "id BIGINT, body STRING"
@@ -133,3 +134,17 @@ def test_every_column_type_reads_back_from_spark_and_from_the_queue(spark: Spark
     read = spark.createDataFrame(queue.read(Position(queue.refresh() - 1), Position(queue.refresh()))
                                  .drop_columns(["_position", "_enqueue_time"]))
     assert sorted(read.selectExpr(*columns).collect()) == expected
+
+
+def test_an_append_records_each_files_messages_so_purge_counts_them(spark: SparkSession, tmp_path: Path) -> None:
+    """Each file of an append carries its ``numRecords``: Delta counts the table from them, and a
+    purge of what every subscription acknowledged says how many messages it removed."""
+    path = str(tmp_path / "q")
+    queue = declare(spark, path, SCHEMA)
+    sink = QueueSink(path, app_id="p")
+    sink(messages(spark, 0, 30).repartition(3), 0)
+    sink(messages(spark, 30, 12), 1)
+    adds = pa.table(DeltaTable(path).get_add_actions(flatten=True)).to_pydict()
+    assert sum(adds["num_records"]) == 42 and len(adds["num_records"]) >= 2
+    queue.acknowledge("default", queue.refresh())
+    assert purge_acknowledged(spark, path) == 42
