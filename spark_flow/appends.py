@@ -111,9 +111,9 @@ class DirectAppender:
 
         directory = uuid.uuid4().hex
         target = posixpath.join(self.location.rstrip("/"), directory)
-        # One write job; no _SUCCESS marker (a hidden file VACUUM would keep forever).
-        rows.write.mode("errorifexists").option("mapreduce.fileoutputcommitter.marksuccessfuljobs", "false") \
-            .parquet(target)
+        # One write job into a new folder (the default mode: it must not exist); no _SUCCESS
+        # marker, a hidden file VACUUM would keep forever.
+        rows.write.option("mapreduce.fileoutputcommitter.marksuccessfuljobs", "false").parquet(target)
         actions = [AddAction(f"{directory}/{path.rsplit('/', 1)[1]}", size, {}, modified, True,
                              json.dumps({"numRecords": records}))
                    for path, size, modified, records in _written_files(rows, target)]
