@@ -119,16 +119,15 @@ class ControllerSink:
         make sure the queue's history has the row of the state it adopted and of its own."""
         queue = open_queue(row["path"], self.storage_options)
         depth = Depth(row["depth_count"], row["depth_size"], row["oldest_enqueue"])
-        thresholds = Thresholds.from_row(row)
-        before = Subscription(row["subscription"], row["position"], row["recorded_stopped"], row["recorded_count"])
-        after = FlowState(row["flow_stopped"], row["flow_stopped_count"])
-        changed = after != FlowState(before.flow_stopped, before.flow_stopped_count) and queue.transition(
-            before, after, depth, thresholds)
-        state = after if changed else FlowState(before.flow_stopped, before.flow_stopped_count)
-        if queue.history.unconfirmed(before.name, state.flow_stopped, state.flow_stopped_count):
+        name, recorded = row["subscription"], FlowState(row["recorded_stopped"], row["recorded_count"])
+        after, state = FlowState(row["flow_stopped"], row["flow_stopped_count"]), recorded
+        before = Subscription(name, row["position"], row["recorded_stopped"], row["recorded_count"])
+        if after != recorded and queue.transition(before, after, depth, Thresholds.from_row(row)):
+            state = after
+        if queue.history.unconfirmed(name, state.flow_stopped, state.flow_stopped_count):
             # read the row as it is now, with its creation time (its history counts from there)
             with contextlib.suppress(SubscriptionNotFoundError):
-                queue.history.ensure(queue.subscriptions.get(before.name), depth, thresholds)
+                queue.history.ensure(queue.subscriptions.get(name), depth, Thresholds.from_row(row))
 
 
 def _ts(ms: int | None) -> Any:
