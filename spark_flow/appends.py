@@ -8,7 +8,7 @@ writes the batch's Parquet files into a new directory of the table, and deltalak
 as one append carrying the producer's ``txnAppId``/``txnVersion`` and ``userMetadata``, as a
 conditional commit (a concurrent append is rebased on; a concurrent metadata change is read and
 judged again). Files whose commit never happened (a process killed in between) are in no
-version of the table, and VACUUM removes them.
+version of the table; a full VACUUM past the retention removes them.
 
 A table that needs Delta's writer is appended to by it: column mapping, NOT NULL columns, CHECK
 constraints, invariants, generated, identity and char/varchar columns, partition columns, and
@@ -136,7 +136,7 @@ class DirectAppender:
 def _written_files(rows: DataFrame, target: str) -> list[tuple[str, int, int, int]]:
     """The Parquet files under ``target``: path, bytes, modification time (ms) and messages,
     the ``numRecords`` statistic Delta's readers count a table by and a purge counts what it
-    removes by. One job over the files' row counts (no column is read)."""
+    removes by. One Spark job, which reads the files' row counts and no column."""
     from pyspark.sql import functions as F
 
     files = rows.sparkSession.read.parquet(target).groupBy(
