@@ -105,10 +105,12 @@ class DirectAppender:
         return direct_append_refusal(self._table)
 
     def append(self, rows: DataFrame, app_id: str, txn_version: int, user_metadata: str) -> bool:
-        """Append ``rows`` once for (``app_id``, ``txn_version``): False if the table came to
-        need Delta's writer before the commit (nothing is committed then)."""
+        """Append ``rows`` once for (``app_id``, ``txn_version``): False if the table needs
+        Delta's writer, before the write or by the commit (nothing is committed then)."""
         from deltalake.transaction import AddAction, CommitProperties, Transaction
 
+        if self.refusal() is not None:
+            return False
         directory = uuid.uuid4().hex
         target = posixpath.join(self.location.rstrip("/"), directory)
         # One write job into a new folder (the default mode: it must not exist); no _SUCCESS

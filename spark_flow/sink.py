@@ -438,13 +438,11 @@ class QueueSink:
         appender = self._appenders.get(queue.path)
         if appender is None:
             appender = self._appenders[queue.path] = DirectAppender(queue.path, self._storage)
-        refusal = appender.refusal()
-        if refusal is None and appender.append(rows, app_id, txn_version, metadata):
+        if appender.append(rows, app_id, txn_version, metadata):
             return True
         if queue.path not in self._delta_writer:
             self._delta_writer.add(queue.path)
-            log.info("queue %r is appended to by Delta's writer: its table has %s", queue.name,
-                     refusal or appender.refusal())
+            log.info("queue %r is appended to by Delta's writer: its table has %s", queue.name, appender.refusal())
         return False
 
     def _hold(self, batch_id: int, gates: Mapping[str, Gate], enqueued: Mapping[str, Depth],
