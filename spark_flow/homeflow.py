@@ -18,12 +18,13 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from spark_flow.config import HOME_KEYS, conf_settings, home_thresholds
 from spark_flow.exceptions import QueueNotFoundError, SubscriptionNotFoundError
-from spark_flow.history import HistoryTable
+from spark_flow.history import HistoryTable, transition_detail
 from spark_flow.home import Registry, control_path
 from spark_flow.ledger import Depth
 from spark_flow.names import normalize_path
@@ -150,13 +151,14 @@ class HomeFlow:
             self._state_ready = True
 
     def _transition(self, row: Subscription, after: FlowState, depth: Depth, thresholds: Thresholds) -> bool:
-        if not self.flow.transition(row, after.flow_stopped, after.flow_stopped_count):
+        detail = transition_detail(depth, thresholds, datetime.now(UTC))
+        made = self.flow.transition(row, after.flow_stopped, after.flow_stopped_count, detail)
+        if made is None:
             return False  # another process recorded a transition first: look again
         log.info("home %s flow %s (flowStoppedCount %d): depth %d messages / %d bytes, %s", self.home,
                  "STOPPED" if after.flow_stopped else "RESUMED", after.flow_stopped_count, depth.count, depth.size,
                  thresholds)
-        self.history.record(replace(row, flow_stopped=after.flow_stopped, flow_stopped_count=after.flow_stopped_count),
-                            depth, thresholds)
+        self.history.record(made)
         return True
 
 

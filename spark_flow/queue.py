@@ -15,7 +15,7 @@ import logging
 import posixpath
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 from spark_flow.config import (
@@ -36,7 +36,7 @@ from spark_flow.exceptions import (
     SchemaMismatchError,
     UnknownKeyError,
 )
-from spark_flow.history import HistoryTable
+from spark_flow.history import HistoryTable, transition_detail
 from spark_flow.holds import HoldTable
 from spark_flow.home import HOME_CONF, Registry
 from spark_flow.ledger import METADATA_KEY, Commit, Depth, Ledger, Position
@@ -251,13 +251,14 @@ class Queue:
         the subscriptions table (False: another process moved the state first; read again),
         then the log line and the queue's history row. Gates and the controller record every
         transition through here."""
-        if not self.subscriptions.transition(sub, after.flow_stopped, after.flow_stopped_count):
+        detail = transition_detail(depth, thresholds, datetime.now(UTC))
+        made = self.subscriptions.transition(sub, after.flow_stopped, after.flow_stopped_count, detail)
+        if made is None:
             return False
         log.info("queue %r subscription %r flow %s (flowStoppedCount %d): depth %d messages / %d bytes, %s",
                  self.name, sub.name, "STOPPED" if after.flow_stopped else "RESUMED", after.flow_stopped_count,
                  depth.count, depth.size, thresholds)
-        self.history.record(replace(sub, flow_stopped=after.flow_stopped, flow_stopped_count=after.flow_stopped_count),
-                            depth, thresholds)
+        self.history.record(made)
         return True
 
     def transaction_version(self, app_id: str) -> int | None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +47,7 @@ class Subscription:
     reader_seen: datetime | None = None
     reader_process: str | None = None
     index: int = 0
+    last_transition_detail: str | None = None  # what the last transition saw (JSON, spark_flow.history)
 
     def __post_init__(self) -> None:
         if isinstance(self.downstream, str) or self.downstream is None:  # as the table keeps it
@@ -79,9 +80,13 @@ def _schema() -> pa.Schema:
             pa.field("reader_seen", ts),
             pa.field("reader_process", pa.string()),
             pa.field("index", pa.int64()),
+            pa.field("last_transition_detail", pa.string()),
         ]
     )
 
+
+#: Columns added after the table's first version, with their deltalake types.
+_LATER_COLUMNS = {"index": "long", "last_transition_detail": "string"}
 
 #: This process, as claims record it: ``host:pid``.
 PROCESS = f"{socket.gethostname()}:{os.getpid()}"
@@ -117,7 +122,7 @@ class SubscriptionTable:
         self.queue = queue
         self._table = StateTable(location, storage_options)
         self._listed: tuple[int, list[Subscription]] = (-1, [])  # the last list read, by table version
-        self._has_index = False
+        self._columns_ready = False
 
     def create_table(self) -> bool:
         """Create the table if it is not there yet; True if this call created it."""
@@ -224,40 +229,47 @@ class SubscriptionTable:
             if metrics["num_target_rows_updated"]:
                 return
 
-    def transition(self, before: Subscription, flow_stopped: bool, flow_stopped_count: int) -> bool:
-        """Record a flow transition if the row still shows ``before`` (compare and set).
+    def transition(self, before: Subscription, flow_stopped: bool, flow_stopped_count: int,
+                   detail: str) -> Subscription | None:
+        """Record a flow transition, with ``detail`` (what it saw), if the row still shows
+        ``before`` (compare and set); returns the row as it now is.
 
-        False means another gate recorded a transition first; the caller reads again.
+        None means another gate recorded a transition first; the caller reads again.
         """
+        now = datetime.now(UTC)
         row = {"name": before.name, "flow_stopped": flow_stopped, "flow_stopped_count": flow_stopped_count,
-               "was_stopped": before.flow_stopped, "was_count": before.flow_stopped_count, "now": datetime.now(UTC)}
+               "detail": detail, "was_stopped": before.flow_stopped, "was_count": before.flow_stopped_count, "now": now}
         metrics = self._merge(row, lambda m: m.when_matched_update(
             {"flow_stopped": "s.flow_stopped", "flow_stopped_count": "s.flow_stopped_count",
-             "last_transition": "s.now", "updated_at": "s.now"},
+             "last_transition": "s.now", "last_transition_detail": "s.detail", "updated_at": "s.now"},
             predicate="t.flow_stopped = s.was_stopped AND t.flow_stopped_count = s.was_count",
         ))
-        return metrics["num_target_rows_updated"] > 0
+        if not metrics["num_target_rows_updated"]:
+            return None
+        return replace(before, flow_stopped=flow_stopped, flow_stopped_count=flow_stopped_count, last_transition=now,
+                       last_transition_detail=detail, updated_at=now)
 
-    def _add_index(self) -> None:
-        """Add the ``index`` column to a table an older spark-flow created (its rows read as
-        index 0: whole-commit positions)."""
+    def _add_columns(self) -> None:
+        """Add the columns later versions brought to a table an older spark-flow created: its
+        rows read ``index`` as 0 (whole-commit positions) and no transition detail."""
         from deltalake import Field
 
-        if self._has_index:
+        if self._columns_ready:
             return
-        table = self._table.open()
-        if table is not None and "index" not in table.schema().to_arrow().names:
-            def attempt() -> None:
-                current = self._table.open()
-                if current is not None and "index" not in current.schema().to_arrow().names:
-                    current.alter.add_columns([Field("index", "long", nullable=True)])
 
-            retry_commit(attempt)
-        self._has_index = True
+        def add() -> None:
+            current = self._table.open()
+            names = current.schema().to_arrow().names if current is not None else []
+            fields = [Field(name, kind, nullable=True) for name, kind in _LATER_COLUMNS.items() if name not in names]
+            if current is not None and fields:
+                current.alter.add_columns(fields)
+
+        retry_commit(add)
+        self._columns_ready = True
 
     def _merge(self, row: dict[str, Any], clauses: Callable[[TableMerger], TableMerger]) -> dict[str, Any]:
         """MERGE one row keyed by name."""
         import pyarrow as pa
 
-        self._add_index()
+        self._add_columns()
         return self._table.merge(pa.Table.from_pylist([row]), "t.name = s.name", clauses)

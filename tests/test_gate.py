@@ -7,9 +7,11 @@ depth like the sink's commits.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterable
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow as pa
@@ -20,7 +22,8 @@ from pyspark.sql import SparkSession
 from spark_flow.config import ProducerSettings
 from spark_flow.exceptions import QueueFullError
 from spark_flow.gate import Gate, GateStatus
-from spark_flow.ledger import Depth
+from spark_flow.history import transition_detail
+from spark_flow.ledger import Depth, Position
 from spark_flow.queue import Queue, declare
 
 pytestmark = pytest.mark.timeout(120)
@@ -160,12 +163,51 @@ def test_a_transition_whose_recorder_died_gets_its_history_row_once(spark: Spark
     declare(spark, path, SCHEMA, settings={"stopCount": 5, "resumeCount": 3})
     append(path, range(8))
     queue = Queue(path)
-    queue.subscriptions.transition(queue.subscriptions.get("default"), True, 1)
+    stopped = transition_detail(Depth(8, 0), queue.settings().thresholds, datetime.now(UTC))
+    queue.subscriptions.transition(queue.subscriptions.get("default"), True, 1, stopped)
     assert queue.history.read() == []
 
     status = Gate(Queue(path)).observe()
     assert status.stopped and status.flow_stopped_count == 1
     Gate(Queue(path)).observe()
-    queue.history.record(queue.subscriptions.get("default"), Depth(8, 0), status.thresholds)
+    queue.history.record(queue.subscriptions.get("default"))
     rows = queue.history.read()
+    assert [(r["flow_stopped"], r["flow_stopped_count"], r["depth_count"]) for r in rows] == [(True, 1, 8)]
+
+
+def test_a_transition_seen_before_its_maker_records_it_keeps_the_depth_it_was_made_at(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Invariant 8, as the README walkthrough broke it: a gate's STOPPED is in the subscriptions
+    table before its history row is; meanwhile the consumer drains some and another process
+    looks. The row that process adds is the transition's (depth 8 over stop 5), not the 4 it sees
+    now, which is no reason to stop. The maker is paused by a log handler between the two writes."""
+    path = str(tmp_path / "q")
+    declare(spark, path, SCHEMA, settings={"stopCount": 5, "resumeCount": 3})
+    version = append(path, range(8))
+    paused, release = threading.Event(), threading.Event()
+
+    class PauseAtTheLogLine(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "STOPPED" in record.getMessage():
+                paused.set()
+                release.wait(60)
+
+    logger, handler = logging.getLogger("spark_flow.queue"), PauseAtTheLogLine()
+    logger.addHandler(handler)
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    try:
+        maker = threading.Thread(target=Gate(Queue(path)).observe)
+        maker.start()
+        assert paused.wait(60)
+        Queue(path).acknowledge("default", Position(version - 1, 4))
+        seen = Gate(Queue(path)).observe()
+        assert seen.stopped and seen.depth.count == 4
+    finally:
+        release.set()
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    maker.join(60)
+    rows = Queue(path).history.read()
     assert [(r["flow_stopped"], r["flow_stopped_count"], r["depth_count"]) for r in rows] == [(True, 1, 8)]

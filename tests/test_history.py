@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from spark_flow.history import HistoryTable
+from spark_flow.history import HistoryTable, transition_detail
 from spark_flow.ledger import Depth
 from spark_flow.state import Thresholds
 from spark_flow.subscriptions import Subscription
@@ -21,6 +22,12 @@ CREATED = datetime(2026, 1, 1, tzinfo=UTC)
 
 def state(stopped: bool, count: int, name: str = "default", created: datetime = CREATED) -> Subscription:
     return Subscription(name, 0, flow_stopped=stopped, flow_stopped_count=count, created_at=created)
+
+
+def made(sub: Subscription, depth: Depth, thresholds: Thresholds = THRESHOLDS) -> Subscription:
+    """``sub`` as a transition just left it: when, and what it saw."""
+    now = datetime.now(UTC)
+    return replace(sub, last_transition=now, last_transition_detail=transition_detail(depth, thresholds, now))
 
 
 def transitions(history: HistoryTable) -> list[tuple[str, bool, int, int]]:
@@ -37,25 +44,25 @@ def test_no_table_no_transitions(history: HistoryTable) -> None:
 
 
 def test_a_transition_is_recorded_once_by_every_process(history: HistoryTable) -> None:
-    history.record(state(True, 1), Depth(6, 60), THRESHOLDS)
-    HistoryTable(history.location, "q").record(state(True, 1), Depth(7, 70), THRESHOLDS)  # another gate
-    history.record(state(True, 1), Depth(8, 80), THRESHOLDS)
+    history.record(made(state(True, 1), Depth(6, 60)))
+    HistoryTable(history.location, "q").record(made(state(True, 1), Depth(7, 70)))  # another gate
+    history.record(made(state(True, 1), Depth(8, 80)))
     [row] = history.read()
     assert (row["queue"], row["subscription"], row["flow_stopped"], row["flow_stopped_count"]) == ("q", "default", True, 1)
     assert (row["depth_count"], row["depth_size"], row["stop_count"], row["resume_count"]) == (6, 60, 5, 2)
 
 
 def test_read_is_in_time_order(history: HistoryTable) -> None:
-    history.record(state(True, 1), Depth(6, 0), THRESHOLDS)
-    history.record(state(False, 1), Depth(1, 0), THRESHOLDS)
-    history.record(state(True, 1, "audit"), Depth(9, 0), THRESHOLDS)
-    history.record(state(True, 2), Depth(6, 0), THRESHOLDS)
+    history.record(made(state(True, 1), Depth(6, 0)))
+    history.record(made(state(False, 1), Depth(1, 0)))
+    history.record(made(state(True, 1, "audit"), Depth(9, 0)))
+    history.record(made(state(True, 2), Depth(6, 0)))
     assert transitions(history) == [("default", True, 1, 6), ("default", False, 1, 1), ("audit", True, 1, 9),
                                     ("default", True, 2, 6)]
 
 
 def test_ensure_adds_a_missing_row_once_and_none_for_count_zero(history: HistoryTable) -> None:
-    history.record(state(True, 1), Depth(6, 0), THRESHOLDS)
+    history.record(made(state(True, 1), Depth(6, 0)))
     observer = HistoryTable(history.location, "q")  # a process that did not make these transitions
     observer.ensure(state(False, 0), Depth(0, 0), THRESHOLDS)  # never stopped: nothing to record
     observer.ensure(state(True, 1), Depth(9, 0), THRESHOLDS)  # recorded already: kept as it was
@@ -63,12 +70,13 @@ def test_ensure_adds_a_missing_row_once_and_none_for_count_zero(history: History
     observer.ensure(state(False, 1), Depth(1, 0), THRESHOLDS)  # its maker was killed before recording it
     assert not observer.unconfirmed("default", False, 1)
     observer.ensure(state(False, 1), Depth(0, 0), THRESHOLDS)
-    assert transitions(history) == [("default", True, 1, 6), ("default", False, 1, 1)]
+    observer.ensure(made(state(True, 2), Depth(7, 0)), Depth(4, 0), THRESHOLDS)  # its maker is not there yet
+    assert transitions(history) == [("default", True, 1, 6), ("default", False, 1, 1), ("default", True, 2, 7)]
 
 
 def test_a_recreated_subscription_records_its_transitions_again(history: HistoryTable) -> None:
-    history.record(state(True, 1), Depth(6, 0), THRESHOLDS)
-    history.record(state(True, 1, created=datetime.now(UTC)), Depth(7, 0), THRESHOLDS)
+    history.record(made(state(True, 1), Depth(6, 0)))
+    history.record(made(state(True, 1, created=datetime.now(UTC)), Depth(7, 0)))
     assert transitions(history) == [("default", True, 1, 6), ("default", True, 1, 7)]
 
 
@@ -92,7 +100,7 @@ def test_tables_an_older_version_created_take_the_age_columns(tmp_path: Path) ->
 
     queue_history = HistoryTable(str(tmp_path / "history"), "q")
     rows = write_twice(queue_history.location, lambda: HistoryTable(queue_history.location, "q").record(
-        state(True, 1, created=datetime.now(UTC)), Depth(1, 10, 0), Thresholds(stop_age=3.0, resume_age=1.0)))
+        made(state(True, 1, created=datetime.now(UTC)), Depth(1, 10, 0), Thresholds(stop_age=3.0, resume_age=1.0))))
     assert sorted((r["stop_age"] or 0, r["depth_age"] is None) for r in rows) == [(0, True), (3.0, False)]
 
     home = str(tmp_path / "home")

@@ -121,12 +121,12 @@ def test_claim_takes_over_a_reader_not_seen_within_the_timeout(subs: Subscriptio
 def test_transition_is_a_compare_and_set_on_the_state_read(subs: SubscriptionTable) -> None:
     subs.create("default", 0)
     before = subs.get("default")
-    assert subs.transition(before, True, 1)
-    assert not subs.transition(before, True, 1), "another gate recorded it first: the state read is stale"
+    made = subs.transition(before, True, 1, '{"depth_count": 6}')
+    assert subs.transition(before, True, 1, "{}") is None, "another gate recorded it first: the state read is stale"
     stopped = subs.get("default")
-    assert (stopped.flow_stopped, stopped.flow_stopped_count) == (True, 1)
-    assert stopped.last_transition is not None
-    assert subs.transition(stopped, False, 1)
+    assert made == stopped and (stopped.flow_stopped, stopped.flow_stopped_count) == (True, 1)
+    assert stopped.last_transition is not None and stopped.last_transition_detail == '{"depth_count": 6}'
+    assert subs.transition(stopped, False, 1, "{}")
     assert (subs.get("default").flow_stopped, subs.get("default").flow_stopped_count) == (False, 1)
 
 
