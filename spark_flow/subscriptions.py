@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from spark_flow.exceptions import QueueNotFoundError, SubscriptionInUseError, SubscriptionNotFoundError
 from spark_flow.ledger import Position
-from spark_flow.tables import StateTable, read_rows, retry_commit, sql_string
+from spark_flow.tables import StateTable, one_row, read_rows, retry_commit, sql_string
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -269,7 +269,5 @@ class SubscriptionTable:
 
     def _merge(self, row: dict[str, Any], clauses: Callable[[TableMerger], TableMerger]) -> dict[str, Any]:
         """MERGE one row keyed by name."""
-        import pyarrow as pa
-
         self._add_columns()
-        return self._table.merge(pa.Table.from_pylist([row]), "t.name = s.name", clauses)
+        return self._table.merge(one_row(row), "t.name = s.name", clauses)

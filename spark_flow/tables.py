@@ -11,8 +11,11 @@ table the winner created.
 
 from __future__ import annotations
 
+import io
+import json
 import time
 from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
@@ -57,7 +60,55 @@ def read_rows(table: DeltaTable, columns: list[str] | None = None) -> list[dict[
 
     selected = ", ".join(f'"{c}"' for c in columns) if columns else "*"
     result = QueryBuilder().register("t", table).execute(f"SELECT {selected} FROM t")
-    return pa.RecordBatchReader.from_stream(result).read_all().to_pylist()
+    rows = pa.RecordBatchReader.from_stream(result).read_all()
+    # pyarrow makes a zoned timestamp's datetime only after importing pandas (0.2-0.4 s the
+    # first time, in a source process Spark starts afresh for each query): read the UTC wall
+    # time (a zero-copy view: no compute kernels to import either) and put the zone back here.
+    zoned = [f for f in rows.schema if pa.types.is_timestamp(f.type) and f.type.tz]
+    for zoned_field in zoned:
+        wall = pa.timestamp(zoned_field.type.unit)
+        chunks = [chunk.view(wall) for chunk in rows.column(zoned_field.name).chunks]
+        rows = rows.set_column(rows.schema.get_field_index(zoned_field.name), zoned_field.with_type(wall),
+                               pa.chunked_array(chunks, wall))
+    listed = rows.to_pylist()
+    for row in listed:
+        for zoned_field in zoned:
+            if row[zoned_field.name] is not None:
+                row[zoned_field.name] = row[zoned_field.name].replace(tzinfo=UTC)
+    return listed
+
+
+def one_row(row: Mapping[str, Any]) -> pa.Table:
+    """``row`` as a one-row Arrow table, the source of a MERGE keyed on it: str, int, bool,
+    timezone-aware datetime (as UTC) or None values.
+
+    Built by pyarrow's JSON reader, not ``pa.Table.from_pylist``: pyarrow imports pandas to
+    build any array from Python objects (0.2-0.4 s the first time, in a source process Spark
+    starts afresh for each query).
+    """
+    import pyarrow as pa
+    from pyarrow import json as arrow_json
+
+    schema = pa.schema([pa.field(name, _arrow_type(name, value)) for name, value in row.items()])
+    text = json.dumps({k: v.astimezone(UTC).isoformat() if isinstance(v, datetime) else v for k, v in row.items()})
+    return arrow_json.read_json(io.BytesIO(text.encode()), parse_options=arrow_json.ParseOptions(explicit_schema=schema))
+
+
+def _arrow_type(name: str, value: Any) -> pa.DataType:
+    """The Arrow type ``pa.Table.from_pylist`` would give ``value``."""
+    import pyarrow as pa
+
+    if value is None:
+        return pa.null()
+    if isinstance(value, bool):
+        return pa.bool_()
+    if isinstance(value, int):
+        return pa.int64()
+    if isinstance(value, str):
+        return pa.string()
+    if isinstance(value, datetime) and value.tzinfo is not None:
+        return pa.timestamp("us", tz="UTC")
+    raise TypeError(f"{name}={value!r}: a one-row table holds str, int, bool, timezone-aware datetime or None")
 
 
 class StateTable:
