@@ -3,6 +3,8 @@ Delta table written with deltalake (no Spark)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -144,3 +146,26 @@ def test_drop_removes_the_subscription(subs: SubscriptionTable) -> None:
     assert [s.name for s in subs.list()] == ["default"]
     with pytest.raises(SubscriptionNotFoundError):
         subs.drop("audit")
+
+
+def test_a_source_process_reads_and_moves_subscriptions_without_importing_pandas(subs: SubscriptionTable) -> None:
+    """Spark starts a ``flowqueue`` query's source in a fresh Python process; pandas (which pyarrow
+    imports to make zoned datetimes or to build arrays from Python values) would cost it 0.2-0.4 s
+    before its first batch. The table is declared beforehand, as a queue's is; times read back
+    exact, in UTC."""
+    script = f"""
+import sys
+from datetime import timedelta
+from spark_flow.subscriptions import SubscriptionTable
+subs = SubscriptionTable({subs.location!r}, "q")
+subs.create("default", 0)
+subs.claim("default", "query-a", timeout=60)
+subs.acknowledge("default", 3, reader="query-a")
+made = subs.transition(subs.get("default"), True, 1, "{{}}")
+sub = subs.get("default")
+assert (sub.position, sub.flow_stopped, sub.reader) == (3, True, "query-a"), sub
+assert sub.last_transition == made.last_transition and sub.last_transition.utcoffset() == timedelta(0), sub
+assert "pandas" not in sys.modules, "pandas imported"
+"""
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
