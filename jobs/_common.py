@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import re
 import subprocess
 import sys
 import threading
@@ -25,8 +24,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from spark_flow import ConfigurationError, FlowProgress, FlowProgressListener, SparkFlowError, get_spark
-from spark_flow.config import flow_conf, parse_duration, parse_size, session_flow_conf
+from spark_flow.keys import flow_conf, session_flow_conf
 from spark_flow.session import exit_process, is_connect, still_active, streaming_query
+from spark_flow.units import DURATIONS, parse_duration, parse_size
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -91,21 +91,17 @@ def size(text: str) -> int:
 positive_size: Callable[[str], int] = _positive(lambda text: parse_size("size", text), "a size (bytes, or with a unit: "
                                                 "512, 1k, 2MB)", "positive_size")
 positive_duration: Callable[[str], float] = _positive(lambda text: parse_duration("duration", text),
-                                                      "a duration (500ms, 5s, 2min, 1h)", "positive_duration")
-
-
-_INTERVAL = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|millis|milliseconds?|s|secs?|seconds?|m|mins?|minutes?)?\s*$", re.I)
+                                                      DURATIONS, "positive_duration")
 
 
 def interval(text: str) -> str:
-    """An argparse type: a processing-time trigger (``1 second``, ``500ms``, ``2`` = seconds),
-    returned as Spark takes it."""
-    match = _INTERVAL.match(text)
-    if not match:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an interval (e.g. '1 second', '500ms', '2s')")
-    unit = (match.group(2) or "s").lower()
-    scale = 0.001 if unit == "ms" or unit.startswith("milli") else 60.0 if unit.startswith("m") else 1.0
-    return f"{round(float(match.group(1)) * scale * 1000)} milliseconds"
+    """An argparse type: a processing-time trigger, written as every duration of spark-flow's
+    (``1 second``, ``500ms``, ``2min``; a plain number is milliseconds), returned as Spark takes it."""
+    try:
+        seconds = parse_duration("trigger", text, minimum=0.001)
+    except ConfigurationError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an interval: allowed is {DURATIONS}") from None
+    return f"{round(seconds * 1000)} milliseconds"
 
 
 def add_run_options(parser: argparse.ArgumentParser, checkpoint: str) -> None:

@@ -53,8 +53,8 @@ from _common import (
 )
 
 from spark_flow import FlowProgress, Queue, open_queue, read_queue
-from spark_flow.config import check_conf
-from spark_flow.queue import queue_location
+from spark_flow.declare import queue_location
+from spark_flow.keys import check_conf
 from spark_flow.storage import session_storage_options
 
 

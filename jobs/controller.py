@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING
 from _common import HelpFormatter, emit, interval, main_guard, positive_float, start_session
 
 from spark_flow import ConfigurationError, FlowAdmin, start_controller, stop_between_batches
-from spark_flow.config import check_conf, session_flow_conf
 from spark_flow.home import HOME_CONF
+from spark_flow.keys import check_conf, session_flow_conf
 from spark_flow.storage import session_storage_options
 
 if TYPE_CHECKING:

@@ -62,10 +62,12 @@ from spark_flow import (
     open_queue,
     read_queue,
 )
-from spark_flow.config import ON_FULL, check_conf, producer_settings, session_flow_conf
+from spark_flow.batch import conform
+from spark_flow.conf_record import record_queue_conf
+from spark_flow.config import producer_settings
+from spark_flow.declare import queue_location
+from spark_flow.keys import ON_FULL, check_conf, session_flow_conf
 from spark_flow.names import queue_name
-from spark_flow.queue import queue_location
-from spark_flow.sink import conform
 from spark_flow.storage import session_storage_options
 
 if TYPE_CHECKING:
@@ -217,7 +219,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     except QueueNotFoundError:
         queue = declare(spark, args.queue, declared_schema(spark, args))
         created = True
-    settings = queue.record_conf(conf)  # the conf's queue settings, where the queue has none recorded
+    settings = record_queue_conf(queue, conf)  # the conf's queue settings, where the queue has none recorded
     producer = producer_settings(queue.name, options, conf)
     schema = spark.read.format("delta").load(queue.path).schema
 

@@ -7,6 +7,7 @@ threshold and go on when it falls under the resume threshold, as message brokers
 from spark_flow.admin import FlowAdmin
 from spark_flow.config import ProducerSettings, QueueSettings
 from spark_flow.controller import start_controller, stop_between_batches
+from spark_flow.declare import declare, purge_acknowledged
 from spark_flow.exceptions import (
     ConfigurationError,
     FlowControlError,
@@ -27,7 +28,7 @@ from spark_flow.exceptions import (
 )
 from spark_flow.ledger import Depth
 from spark_flow.listener import FlowProgress, FlowProgressListener
-from spark_flow.queue import Queue, declare, open_queue, purge_acknowledged
+from spark_flow.queue import Queue, open_queue
 from spark_flow.session import get_spark
 from spark_flow.sink import QueueSink, enqueue_stream
 from spark_flow.source import FlowQueueDataSource, read_queue

@@ -10,23 +10,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spark_flow.commands import ALL_QUEUES, CommandLog, command_settings, with_settings
-from spark_flow.config import (
-    HOME_KEYS,
-    QUEUE_KEYS,
-    home_thresholds,
-    pattern_matches,
-    queue_setting,
-    queue_settings,
-    setting_name,
-)
+from spark_flow.config import home_thresholds, queue_settings
 from spark_flow.exceptions import ConfigurationError, HistoryNotFoundError, QueueNotFoundError
-from spark_flow.home import Registry, control_path
-from spark_flow.homeflow import HOME_QUEUE, HOME_STATE, open_home
+from spark_flow.home import Registry
+from spark_flow.homeflow import HOME_QUEUE, HOME_ROW, open_home
+from spark_flow.keys import QUEUE_KEYS, home_setting, pattern_matches, queue_setting
 from spark_flow.names import normalize_path
 from spark_flow.queue import Queue, open_queue
-from spark_flow.status import status_schema
+from spark_flow.status import control_table, status_schema
 from spark_flow.subscriptions import DEFAULT_SUBSCRIPTION, Subscription
-from spark_flow.tables import StateTable
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -60,8 +52,8 @@ class FlowAdmin:
         self.storage_options = dict(storage_options or {})
         self.registry = Registry(self.home, self.storage_options)
         self.commands = CommandLog(self.home, self.storage_options)
-        self._status = StateTable(control_path(self.home, "status"), self.storage_options)
-        self._history = StateTable(control_path(self.home, "history"), self.storage_options)
+        self._status = control_table(self.home, "status", self.storage_options)
+        self._history = control_table(self.home, "history", self.storage_options)
 
     def queues(self) -> dict[str, str]:
         """The registered queues: name -> table location."""
@@ -131,19 +123,19 @@ class FlowAdmin:
         wanted = {**dict(settings or {}), **more}
         if not wanted:
             raise ConfigurationError("settings", wanted, "at least one home setting, e.g. homeStopCount=100000")
-        return self._change_home("set-home", {_home_setting(key, value): str(value) for key, value in wanted.items()})
+        return self._change_home("set-home", {home_setting(key, value): str(value) for key, value in wanted.items()})
 
     def unset_home(self, *keys: str) -> int:
         """Remove home limits (``homeStopCount``): without any, the home holds nobody."""
         if not keys:
             raise ConfigurationError("keys", keys, "at least one home setting to remove, e.g. homeStopCount")
-        return self._change_home("unset-home", {_home_setting(key, None): None for key in keys})
+        return self._change_home("unset-home", {home_setting(key, None): None for key in keys})
 
     def _change_home(self, command: str, changes: Mapping[str, str | None]) -> int:
         home = open_home(self.home, self.storage_options)
-        home_thresholds(with_settings(home.settings.settings(), changes))  # refused whole, before any write
+        home_thresholds(with_settings(home.settings_table.current(), changes))  # refused whole, before any write
         command_id = self.commands.append(command, HOME_QUEUE, changes)
-        home.settings.apply(changes, command_id)
+        home.settings_table.apply(changes, command_id)
         return command_id
 
     def _change(self, command: str, target: str, changes: Mapping[str, str | None]) -> int:
@@ -155,8 +147,8 @@ class FlowAdmin:
 
     def _pending(self, queue: Queue) -> dict[str, str]:
         """A queue's run-time settings once the commands issued and not yet applied are."""
-        runtime = queue.overrides.settings()
-        for command in self.commands.read(queue.overrides.applied()):
+        runtime = queue.runtime_settings.current()
+        for command in self.commands.read(queue.runtime_settings.applied()):
             if command.target == queue.name or pattern_matches(command.target, queue.name):
                 runtime = with_settings(runtime, command_settings(command.command, command.settings))
         return runtime
@@ -177,7 +169,7 @@ class FlowAdmin:
         """The controller's samples and events for one subscription, oldest first (the home's:
         queue ``>``, subscription ``home``)."""
         if queue == HOME_QUEUE:
-            subscription = HOME_STATE
+            subscription = HOME_ROW
         else:
             self.queue(queue)
         rows = self._history.rows()
@@ -189,7 +181,7 @@ class FlowAdmin:
         shaded; queue ``>`` plots the home's depth against its home-wide limits."""
         from spark_flow.plot import depth_points, plot_depth
 
-        subscription = HOME_STATE if queue == HOME_QUEUE else subscription
+        subscription = HOME_ROW if queue == HOME_QUEUE else subscription
 
         samples = [r for r in self.history(queue, subscription) if r["event"] == "sample"]
         if not samples:
@@ -199,14 +191,6 @@ class FlowAdmin:
         transitions = [r for r in recorded.read() if r["subscription"] == subscription]
         return plot_depth(depth_points(samples, transitions), None, path,
                           title=f"queue {queue!r}, subscription {subscription!r}")
-
-
-def _home_setting(key: str, value: Any) -> str:
-    """The home limit a ``set-home`` or ``unset-home`` key names (``homeStopCount``, ``spark.flow.homeStopCount``)."""
-    name = setting_name(key, value)
-    if name not in HOME_KEYS:
-        raise ConfigurationError(key, value, "a home setting: " + ", ".join(HOME_KEYS))
-    return name
 
 
 def _settable(key: str, value: Any) -> str:

@@ -107,7 +107,7 @@ class DirectAppender:
     def append(self, rows: DataFrame, app_id: str, txn_version: int, user_metadata: str) -> bool:
         """Append ``rows`` once for (``app_id``, ``txn_version``): False if the table needs
         Delta's writer, before the write or by the commit (nothing is committed then)."""
-        from deltalake.transaction import AddAction, CommitProperties, Transaction
+        from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
 
         if self.refusal() is not None:
             return False
@@ -116,7 +116,7 @@ class DirectAppender:
         # One write job into a new folder (the default mode: it must not exist); no _SUCCESS
         # marker, a hidden file VACUUM would keep forever.
         rows.write.option("mapreduce.fileoutputcommitter.marksuccessfuljobs", "false").parquet(target)
-        actions = [AddAction(f"{directory}/{path.rsplit('/', 1)[1]}", size, {}, modified, True,
+        actions: list[AddAction | RemoveAction] = [AddAction(f"{directory}/{path.rsplit('/', 1)[1]}", size, {}, modified, True,
                              json.dumps({"numRecords": records}))
                    for path, size, modified, records in _written_files(rows, target)]
         properties = CommitProperties(custom_metadata={"userMetadata": user_metadata},

@@ -191,7 +191,7 @@ def _run(admin: FlowAdmin, args: argparse.Namespace, conf: dict[str, str]) -> No
 
 
 def _declare(admin: FlowAdmin, queue: str, schema: str | None, settings: dict[str, str], conf: dict[str, str]) -> None:
-    from spark_flow.queue import declare
+    from spark_flow.declare import declare
     from spark_flow.session import get_spark
 
     spark = get_spark({**conf, HOME_CONF: admin.home})
@@ -233,7 +233,7 @@ def _cell(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.1f}"
     if hasattr(value, "strftime"):
-        return value.strftime("%H:%M:%S")
+        return str(value.strftime("%H:%M:%S"))
     return str(value)
 
 

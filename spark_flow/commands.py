@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from spark_flow.exceptions import SparkFlowError
 from spark_flow.home import control_path
-from spark_flow.tables import StateTable
+from spark_flow.tables import RecordTable
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -75,9 +75,9 @@ class CommandLog:
 
     def __init__(self, home: str, storage_options: Mapping[str, str] | None = None) -> None:
         self.location = control_path(home, "commands")
-        self._table = StateTable(self.location, storage_options)
+        self._table = RecordTable(self.location, storage_options)
 
-    def append(self, command: str, target: str, settings: Mapping[str, str] | None = None) -> int:
+    def append(self, command: str, target: str, settings: Mapping[str, str | None] | None = None) -> int:
         """Append one command as its own commit; return its id (that commit's version)."""
         import pyarrow as pa
         from deltalake import CommitProperties, write_deltalake

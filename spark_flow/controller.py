@@ -21,19 +21,21 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from spark_flow.config import check_conf, conf_settings, parse_duration, session_flow_conf
 from spark_flow.controller_sink import ControllerSink
+from spark_flow.declare import queue_location
 from spark_flow.exceptions import ConfigurationError
 from spark_flow.flowstep import OUTPUT_SCHEMA, STATE_SCHEMA, FlowStep, step_input
 from spark_flow.home import HOME_CONF, Registry, control_path
+from spark_flow.keys import check_conf, conf_settings, session_flow_conf
 from spark_flow.names import normalize_path
 from spark_flow.observation import FlowControlDataSource
-from spark_flow.queue import open_queue, queue_location
+from spark_flow.queue import open_queue
 from spark_flow.storage import as_conf, session_storage_options
+from spark_flow.units import parse_duration
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-    from pyspark.sql.streaming import StreamingQuery
+    from pyspark.sql.streaming.query import StreamingQuery
 
 log = logging.getLogger("spark_flow.controller")
 

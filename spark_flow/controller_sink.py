@@ -18,12 +18,12 @@ from spark_flow.commands import HOME_COMMANDS, command_settings, with_settings
 from spark_flow.config import queue_settings
 from spark_flow.exceptions import SubscriptionNotFoundError
 from spark_flow.flowstep import step_rows
-from spark_flow.homeflow import HOME_QUEUE, HOME_STATE, open_home
+from spark_flow.homeflow import HOME_QUEUE, HOME_ROW, home_depth, open_home
 from spark_flow.ledger import Depth
 from spark_flow.observation import now_ms
 from spark_flow.queue import open_queue
 from spark_flow.session import streaming_query
-from spark_flow.state import THRESHOLD_FIELDS, FlowState, Thresholds
+from spark_flow.state import THRESHOLD_FIELDS, FlowState, Thresholds, producers_held
 from spark_flow.status import append_history, write_status
 from spark_flow.subscriptions import Subscription
 
@@ -64,7 +64,7 @@ class ControllerSink:
         gone = [(r["queue"], r["subscription"]) for r in rows if r["kind"] == "gone"]
         home = self._home(statuses)
         if home is None and self._home_shown:
-            gone.append((HOME_QUEUE, HOME_STATE))  # its limits were removed
+            gone.append((HOME_QUEUE, HOME_ROW))  # its limits were removed
         self._home_shown = home is not None
         statuses += [home] if home is not None else []
         write_status(self.home, [_status_row(r) for r in statuses], gone, self.storage_options)
@@ -75,16 +75,15 @@ class ControllerSink:
         """Step the home's flow state with its depth as this batch observed it (the sum over its
         queues of each one's deepest subscription, per measure), as its gates do; its status
         row (queue ``>``, subscription ``home``), None while the home has no limits."""
-        deepest: dict[str, tuple[int, int]] = {}
+        queues: dict[str, list[Depth]] = {}
         for row in statuses:
-            count, size = deepest.get(row["queue"], (0, 0))
-            deepest[row["queue"]] = (max(count, row["depth_count"]), max(size, row["depth_size"]))
-        depth = Depth(sum(c for c, _ in deepest.values()), sum(s for _, s in deepest.values()))
+            queues.setdefault(row["queue"], []).append(Depth(row["depth_count"], row["depth_size"]))
+        depth = home_depth(queues.values())
         home = open_home(self.home, self.storage_options).observe(depth)
         if not home.limited:
             return None
         transition = home.last_transition
-        return {"kind": "status", "queue": HOME_QUEUE, "subscription": HOME_STATE, "time": now_ms(),
+        return {"kind": "status", "queue": HOME_QUEUE, "subscription": HOME_ROW, "time": now_ms(),
                 "depth_count": depth.count, "depth_size": depth.size, **asdict(home.thresholds),
                 "flow_stopped": home.flow_stopped, "flow_stopped_count": home.state.flow_stopped_count,
                 "last_transition": int(transition.timestamp() * 1000) if transition else None,
@@ -99,14 +98,15 @@ class ControllerSink:
         settings = command_settings(row["command"], issued)
         try:
             if row["command"] in HOME_COMMANDS:  # applied when issued; again changes nothing
-                open_home(self.home, self.storage_options).settings.apply(settings, row["command_id"])
+                open_home(self.home, self.storage_options).settings_table.apply(settings, row["command_id"])
                 return _history_row({**row, "time": row["time"] or now_ms()}, "command", detail)
             if row["path"] is None:
                 raise LookupError(f"no registered queue matches {row['queue']!r}")
             queue = open_queue(row["path"], self.storage_options)
-            if row["command_id"] > queue.overrides.applied():  # a replayed batch's commands are in already
-                queue_settings(queue.name, queue.properties(), with_settings(queue.overrides.settings(), settings))
-                queue.overrides.apply(settings, row["command_id"])
+            runtime = queue.runtime_settings
+            if row["command_id"] > runtime.applied():  # a replayed batch's commands are in already
+                queue_settings(queue.name, queue.properties(), with_settings(runtime.current(), settings))
+                runtime.apply(settings, row["command_id"])
             log.info("queue %r: applied %s", row["queue"], detail)
             event = "command"
         except Exception as error:
@@ -122,7 +122,7 @@ class ControllerSink:
         name, recorded = row["subscription"], FlowState(row["recorded_stopped"], row["recorded_count"])
         after, state = FlowState(row["flow_stopped"], row["flow_stopped_count"]), recorded
         before = Subscription(name, row["position"], row["recorded_stopped"], row["recorded_count"])
-        if after != recorded and queue.transition(before, after, depth, Thresholds.from_row(row)):
+        if after != recorded and queue.recorder.record(before, after, depth, Thresholds.from_row(row)) is not None:
             state = after
         if queue.history.unconfirmed(name, state.flow_stopped, state.flow_stopped_count):
             # read the row as it is now, with its creation time (its history counts from there)
@@ -150,7 +150,8 @@ def _status_row(row: Mapping[str, Any]) -> dict[str, Any]:
         **_flow_fields(row),
         "last_transition": _ts(row["last_transition"]),
         "consumer_stalled": row["stalled"],
-        "producers_held": bool(row["flow_stopped"] or row["producers_stopped"]),
+        "producers_held": producers_held(flow_stopped=(bool(row["flow_stopped"]),),
+                                         producers_stopped=bool(row["producers_stopped"])),
         "held_since": _ts(row["held_since"]), "updated_at": _ts(row["time"]),
     }
 

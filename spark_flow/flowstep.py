@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from spark_flow.ledger import Depth
 from spark_flow.observation import COMMANDS_KEY
-from spark_flow.state import THRESHOLD_FIELDS, FlowState, Thresholds
+from spark_flow.state import THRESHOLD_FIELDS, FlowState, Thresholds, producers_held
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -75,7 +75,7 @@ class FlowStep:
     def __init__(self, forget_after_ms: int) -> None:
         self.forget_after_ms = forget_after_ms
 
-    def __call__(self, key: tuple, frames: Iterator[pd.DataFrame], state: GroupState) -> Iterator[pd.DataFrame]:
+    def __call__(self, key: tuple[str, str], frames: Iterator[pd.DataFrame], state: GroupState) -> Iterator[pd.DataFrame]:
         queue, subscription = key
         if state.hasTimedOut:
             state.remove()
@@ -115,7 +115,7 @@ def step(before: ControllerState | None, obs: Mapping[str, Any]) -> tuple[Contro
     position = int(obs["position"])
     # A consumer held back by its downstream queues is not late: its clock waits with it.
     moved = before is None or position > before.position or depth_count == 0 or bool(obs.get("backpressured"))
-    progress_at = now if moved or before.progress_at == _NONE else before.progress_at
+    progress_at = now if before is None or moved or before.progress_at == _NONE else before.progress_at
     timeout_ms = float(obs["stall_timeout"] or 0) * 1000
     # A consumer is not late for messages that were not there: its clock starts at the later of
     # its last progress and the oldest message waiting for it.
@@ -131,7 +131,7 @@ def step(before: ControllerState | None, obs: Mapping[str, Any]) -> tuple[Contro
     if evict:
         events.append(("evicted", f"skipped {depth_count} messages to position {obs['latest']}"))
 
-    held = flow.flow_stopped or bool(obs["producers_stopped"])
+    held = producers_held(flow_stopped=(flow.flow_stopped,), producers_stopped=bool(obs["producers_stopped"]))
     held_since = (before.held_since if before is not None and before.held_since != _NONE else now) if held else _NONE
     last_transition = now if flow != recorded else obs.get("recorded_transition")
     after = ControllerState(flow.flow_stopped, flow.flow_stopped_count, position, progress_at, stalled and not evict,

@@ -28,7 +28,8 @@ from spark_flow.exceptions import HoldInterruptedError, QueueFullError, QueueFul
 from spark_flow.homeflow import HomeStatus, open_home
 from spark_flow.ledger import Depth
 from spark_flow.queue import Queue
-from spark_flow.state import FlowState, Thresholds
+from spark_flow.ring import discard_oldest
+from spark_flow.state import FlowState, Thresholds, producers_held
 
 log = logging.getLogger("spark_flow.gate")
 
@@ -50,8 +51,8 @@ class GateStatus:
     def stopped(self) -> bool:
         """Whether producers must wait: any subscription is flow-stopped, an operator stopped
         the queue's producers, or the queue's home is flow-stopped."""
-        return (self.settings.producers_stopped or any(s.flow_stopped for s in self.states.values())
-                or self.home_stopped)
+        return producers_held(flow_stopped=(s.flow_stopped for s in self.states.values()),
+                              producers_stopped=self.settings.producers_stopped, home_stopped=self.home_stopped)
 
     @property
     def home_stopped(self) -> bool:
@@ -60,8 +61,8 @@ class GateStatus:
 
     @property
     def depth(self) -> Depth:
-        """The deepest subscription's depth (the one that stops producers first)."""
-        return max(self.depths.values(), key=lambda d: (d.count, d.size), default=Depth())
+        """The queue's depth: per measure, its deepest subscription's (:meth:`Depth.deepest`)."""
+        return Depth.deepest(self.depths.values())
 
     @property
     def thresholds(self) -> Thresholds:
@@ -99,12 +100,10 @@ class Gate:
             backlog, now = queue.backlog(refresh=False), int(time.time() * 1000)
             states: dict[str, FlowState] = {}
             for sub, depth in backlog:
-                queue.history.ensure(sub, depth, settings.thresholds)
-                before = FlowState(sub.flow_stopped, sub.flow_stopped_count)
-                after = before.observe(settings.thresholds, depth.count, depth.size, depth.age(now))
-                if after != before and not queue.transition(sub, after, depth, settings.thresholds):
+                row = queue.recorder.step(sub, settings.thresholds, depth, now)
+                if row is None:
                     break  # another process recorded a transition first: look again
-                states[sub.name] = after
+                states[sub.name] = row.flow_state
             else:
                 return GateStatus(queue.name, settings, {sub.name: depth for sub, depth in backlog}, states, home)
 
@@ -159,7 +158,7 @@ class Gate:
         settings = self.queue.settings()
         if settings.policy.startswith("ring"):
             self.queue.refresh()
-            self.queue.discard_oldest(settings)
+            discard_oldest(self.queue, settings)
 
     def complete(self, is_active: Callable[[], bool]) -> tuple[GateStatus, float]:
         """Whether a written batch may complete: a ``hold`` producer's batch completes only once
@@ -208,20 +207,25 @@ class Gate:
         return status, held
 
 
+def _holding_home(status: GateStatus) -> HomeStatus | None:
+    """The home, when it alone holds the queue's producers (no subscription is flow-stopped)."""
+    if status.home is None or not status.home_stopped or any(s.flow_stopped for s in status.states.values()):
+        return None
+    return status.home
+
+
 def _why(status: GateStatus) -> str:
     if status.settings.producers_stopped:
         return "producers stopped by an operator"
-    if status.home_stopped and not any(s.flow_stopped for s in status.states.values()):
-        return f"home {status.home.home} flow-stopped by its home-wide limits"  # type: ignore[union-attr]
-    return "flow-stopped"
+    home = _holding_home(status)
+    return f"home {home.home} flow-stopped by its home-wide limits" if home is not None else "flow-stopped"
 
 
 def _limit(status: GateStatus) -> tuple[Depth, Thresholds]:
     """The depth and thresholds that hold a producer: the queue's, or its home's when only the
     home is stopped."""
-    if status.home_stopped and not any(s.flow_stopped for s in status.states.values()):
-        return status.home.depth, status.home.thresholds  # type: ignore[union-attr]
-    return status.depth, status.thresholds
+    home = _holding_home(status)
+    return (home.depth, home.thresholds) if home is not None else (status.depth, status.thresholds)
 
 
 def _refuse_over_max(status: GateStatus, batch: Depth) -> None:

@@ -18,9 +18,9 @@ import json
 from collections.abc import Mapping
 from dataclasses import asdict, replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from spark_flow.tables import StateTable
+from spark_flow.tables import RecordTable
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -67,7 +67,7 @@ class HistoryTable:
     def __init__(self, location: str, queue: str, storage_options: Mapping[str, str] | None = None) -> None:
         self.location = location
         self.queue = queue
-        self._table = StateTable(location, storage_options)
+        self._table = RecordTable(location, storage_options)
         self._recorded: set[tuple[str, bool, int]] = set()  # states this process knows have their row
 
     def record(self, sub: Subscription) -> None:
@@ -104,6 +104,6 @@ class HistoryTable:
         """Whether this process has not yet seen the row of this state (count 0 needs none)."""
         return flow_stopped_count > 0 and (subscription, flow_stopped, flow_stopped_count) not in self._recorded
 
-    def read(self) -> list[dict]:
+    def read(self) -> list[dict[str, Any]]:
         """Every recorded transition, oldest first."""
         return sorted(self._table.rows(), key=lambda r: (r["time"], r["flow_stopped_count"], not r["flow_stopped"]))

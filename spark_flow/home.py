@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from spark_flow.tables import StateTable, read_rows
+from spark_flow.tables import RecordTable, read_rows
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -48,7 +48,7 @@ class Registry:
 
     def __init__(self, home: str, storage_options: Mapping[str, str] | None = None) -> None:
         self.location = control_path(home, "queues")
-        self._table = StateTable(self.location, storage_options)
+        self._table = RecordTable(self.location, storage_options)
         self._listed: tuple[int, dict[str, str]] = (-1, {})  # the last read, by table version
 
     def register(self, name: str, path: str) -> None:

@@ -16,29 +16,36 @@ queues are not read, its state is not touched.
 from __future__ import annotations
 
 import logging
-import threading
-from collections.abc import Mapping
+import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
-from spark_flow.config import HOME_KEYS, conf_settings, home_thresholds
+from spark_flow.config import home_thresholds
 from spark_flow.exceptions import QueueNotFoundError, SubscriptionNotFoundError
-from spark_flow.history import HistoryTable, transition_detail
+from spark_flow.handles import shared
+from spark_flow.history import HistoryTable
 from spark_flow.home import Registry, control_path
 from spark_flow.ledger import Depth
 from spark_flow.names import normalize_path
-from spark_flow.overrides import OverrideTable
 from spark_flow.queue import open_queue
+from spark_flow.recorder import FlowRecorder
+from spark_flow.runtime_settings import RuntimeSettings
 from spark_flow.state import FlowState, Thresholds
-from spark_flow.subscriptions import Subscription, SubscriptionTable
+from spark_flow.subscriptions import SubscriptionTable
 
 log = logging.getLogger("spark_flow.home")
 
 #: How the home shows where a queue would (status, history, plot): every queue, as the CLI's
-#: target for all queues, and its one flow state.
+#: target for all queues, and the name of its one flow state's row.
 HOME_QUEUE = ">"
-HOME_STATE = "home"
+HOME_ROW = "home"
+
+
+def home_depth(queues: Iterable[Iterable[Depth]]) -> Depth:
+    """A home's depth: the sum over its queues of each one's depth (its subscriptions' depths,
+    per measure the deepest's: what holds its producers)."""
+    return sum((Depth.deepest(depths) for depths in queues), Depth())
 
 
 @dataclass(frozen=True)
@@ -76,45 +83,30 @@ class HomeFlow:
         self.home = normalize_path(home)
         self.storage_options = dict(storage_options or {})
         self.registry = Registry(self.home, self.storage_options)
-        self.settings = OverrideTable(control_path(self.home, "settings"), self.storage_options)
+        self.settings_table = RuntimeSettings(control_path(self.home, "settings"), self.storage_options)
         self.flow = SubscriptionTable(control_path(self.home, "flow"), HOME_QUEUE, self.storage_options)
         self.history = HistoryTable(control_path(self.home, "transitions"), HOME_QUEUE, self.storage_options)
+        self.recorder = FlowRecorder(self.flow, self.history, lambda _row: f"home {self.home}")
         self._thresholds: tuple[dict[str, str], Thresholds] | None = None
         self._state_ready = False
 
     def thresholds(self) -> Thresholds:
         """The home's limits as recorded; parsed again only when they changed."""
-        recorded = self.settings.settings()
+        recorded = self.settings_table.current()
         if self._thresholds is None or self._thresholds[0] != recorded:
             self._thresholds = (recorded, home_thresholds(recorded))
         return self._thresholds[1]
 
-    def record_conf(self, conf: Mapping[str, Any]) -> Thresholds:
-        """Record the home limits a process's Spark conf gives and the home has none recorded
-        for; the whole is checked before anything is written. Returns the limits in force."""
-        given = {name: raw for name, (_key, raw) in conf_settings("", conf, "home").items() if name in HOME_KEYS}
-        if given:
-            keys = {name: key for name, (key, _raw) in conf_settings("", conf, "home").items() if name in HOME_KEYS}
-            recorded = self.settings.settings()
-            missing = {name: raw for name, raw in given.items() if name not in recorded}
-            home_thresholds(recorded, {keys[n]: raw for n, raw in missing.items()})  # raises naming the conf's keys
-            if missing:
-                self.settings.fill({name: str(raw) for name, raw in missing.items()})
-        return self.thresholds()
-
     def depth(self) -> Depth:
-        """The home's depth: the sum over its queues of each queue's depth, per measure its
-        deepest subscription's. Each queue's ledger reads only the commits since its last look."""
-        total = Depth()
+        """The home's depth (:func:`home_depth`), read from its queues. Each queue's ledger reads
+        only the commits since its last look; a queue that cannot be read holds nothing."""
+        queues = []
         for name, path in self.registry.queues().items():
             try:
-                depths = open_queue(path, self.storage_options).depths()
+                queues.append(open_queue(path, self.storage_options).depths().values())
             except QueueNotFoundError as error:  # dropped: it holds nothing
                 log.warning("home %s: cannot read queue %r at %s: %s", self.home, name, path, error)
-                continue
-            total += Depth(max((d.count for d in depths.values()), default=0),
-                           max((d.size for d in depths.values()), default=0))
-        return total
+        return home_depth(queues)
 
     def observe(self, depth: Depth | None = None) -> HomeStatus:
         """Look at the home now: step its flow state with its depth (``depth`` as given, else
@@ -127,19 +119,14 @@ class HomeFlow:
         self._ensure_state()
         while True:
             seen = self.depth() if depth is None else depth
-            row = self.flow.get(HOME_STATE)
-            self.history.ensure(row, seen, thresholds)
-            before = FlowState(row.flow_stopped, row.flow_stopped_count)
-            after = before.observe(thresholds, seen.count, seen.size)
-            if after == before:
-                return HomeStatus(self.home, thresholds, seen, after, row.last_transition)
-            if self._transition(row, after, seen, thresholds):
-                return HomeStatus(self.home, thresholds, seen, after, self.flow.get(HOME_STATE).last_transition)
+            row = self.recorder.step(self.flow.get(HOME_ROW), thresholds, seen, int(time.time() * 1000))
+            if row is not None:  # else another process recorded a transition first: look again
+                return HomeStatus(self.home, thresholds, seen, row.flow_state, row.last_transition)
 
     def recorded_stopped(self) -> bool:
         """Whether the home's recorded flow state is stopped, without a look at its depth."""
         try:
-            return self.flow.get(HOME_STATE).flow_stopped
+            return self.flow.get(HOME_ROW).flow_stopped
         except (QueueNotFoundError, SubscriptionNotFoundError):  # never limited: no state recorded
             return False
 
@@ -147,29 +134,10 @@ class HomeFlow:
         """The one-row flow table, made by the first process that needs it."""
         if not self._state_ready:
             self.flow.create_table()
-            self.flow.create(HOME_STATE, -1)
+            self.flow.create(HOME_ROW, -1)
             self._state_ready = True
-
-    def _transition(self, row: Subscription, after: FlowState, depth: Depth, thresholds: Thresholds) -> bool:
-        detail = transition_detail(depth, thresholds, datetime.now(UTC))
-        made = self.flow.transition(row, after.flow_stopped, after.flow_stopped_count, detail)
-        if made is None:
-            return False  # another process recorded a transition first: look again
-        log.info("home %s flow %s (flowStoppedCount %d): depth %d messages / %d bytes, %s", self.home,
-                 "STOPPED" if after.flow_stopped else "RESUMED", after.flow_stopped_count, depth.count, depth.size,
-                 thresholds)
-        self.history.record(made)
-        return True
-
-
-_OPEN: dict[tuple[str, tuple[tuple[str, str], ...]], HomeFlow] = {}
-_OPEN_LOCK = threading.Lock()
 
 
 def open_home(home: str, storage_options: Mapping[str, str] | None = None) -> HomeFlow:
     """A :class:`HomeFlow` for ``home``, shared within the process so its reads stay cached."""
-    key = (normalize_path(home), tuple(sorted((storage_options or {}).items())))
-    with _OPEN_LOCK:
-        if key not in _OPEN:
-            _OPEN[key] = HomeFlow(key[0], storage_options)
-        return _OPEN[key]
+    return shared("home", home, storage_options, HomeFlow)

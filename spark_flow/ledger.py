@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -48,6 +48,15 @@ class Depth:
         times = [t for t in (self.oldest, other.oldest) if t is not None]
         return Depth(self.count + other.count, self.size + other.size, min(times, default=None))
 
+    @staticmethod
+    def deepest(depths: Iterable[Depth]) -> Depth:
+        """A queue's depth from its subscriptions' depths: per measure the deepest one's (the
+        subscription that holds the producers first), and the oldest message of any."""
+        depths = list(depths)
+        times = [d.oldest for d in depths if d.oldest is not None]
+        return Depth(max((d.count for d in depths), default=0), max((d.size for d in depths), default=0),
+                     min(times, default=None))
+
     def age(self, now_ms: int) -> float:
         """Seconds the oldest message has waited at ``now_ms``; 0 when none waits."""
         return max(0.0, (now_ms - self.oldest) / 1000) if self.oldest is not None else 0.0
@@ -57,7 +66,7 @@ class Depth:
 class Position:
     """A place in a queue: every message through queue version ``version``, and the first
     ``index`` messages of version ``version + 1`` in the commit's fixed order (see
-    :meth:`~spark_flow.queue.Queue.read`). ``index`` 0 is a whole-commit position, which is all
+    :mod:`spark_flow.messages`). ``index`` 0 is a whole-commit position, which is all
     an offset or ack position written before positions had an index can be. A position whose
     index reaches its commit's count is written as the next version's, so positions compare
     as tuples."""
@@ -135,12 +144,13 @@ def _sink_metadata(user_metadata: Any) -> dict[str, Any] | None:
         flow = parsed.get(METADATA_KEY) if isinstance(parsed, Mapping) else None
         if not isinstance(flow, Mapping):
             return None
-        fields = {"count": int(flow["count"]), "size": int(flow["size"]), "query": flow.get("query"),
+        count, size = int(flow["count"]), int(flow["size"])
+        fields = {"count": count, "size": size, "query": flow.get("query"),
                   "batch": None if flow.get("batch") is None else int(flow["batch"]),
                   "held": float(flow.get("held", 0.0))}
     except (KeyError, TypeError, ValueError):
         return None
-    return fields if fields["count"] >= 0 and fields["size"] >= 0 else None
+    return fields if count >= 0 and size >= 0 else None
 
 
 class Ledger:

@@ -16,14 +16,20 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from pyspark.sql.streaming import StreamingQueryListener
+from pyspark.sql.streaming.listener import (
+    QueryIdleEvent,
+    QueryProgressEvent,
+    QueryStartedEvent,
+    QueryTerminatedEvent,
+    StreamingQueryListener,
+)
 
 from spark_flow.gate import GateStatus
 from spark_flow.home import Registry
 from spark_flow.ledger import Commit
 from spark_flow.names import normalize_path
+from spark_flow.offsets import flowqueue_offset, offset_position
 from spark_flow.queue import Queue, open_queue
-from spark_flow.source import flowqueue_offset, offset_position
 from spark_flow.state import FlowState
 from spark_flow.storage import session_storage_options
 
@@ -93,17 +99,17 @@ class FlowProgressListener(StreamingQueryListener):
         self._seen: dict[str, int] = {}  # by queue path: the newest version looked at
         self._commits: dict[str, list[Commit]] = {}  # by queue path: sink commits not yet reported
 
-    def onQueryStarted(self, event: object) -> None:
+    def onQueryStarted(self, event: QueryStartedEvent) -> None:
         """Nothing is known before the first batch."""
 
-    def onQueryIdle(self, event: object) -> None:
+    def onQueryIdle(self, event: QueryIdleEvent) -> None:
         """An idle query keeps its last progress."""
 
-    def onQueryTerminated(self, event: object) -> None:
+    def onQueryTerminated(self, event: QueryTerminatedEvent) -> None:
         """A stopped query's last progress stays, for the post-mortem."""
 
-    def onQueryProgress(self, event: object) -> None:
-        progress = event.progress  # type: ignore[attr-defined]
+    def onQueryProgress(self, event: QueryProgressEvent) -> None:
+        progress = event.progress
         query_id, name = str(progress.id), progress.name
         found = self.reports(progress)
         if found:
@@ -128,7 +134,7 @@ class FlowProgressListener(StreamingQueryListener):
         found = []
         for path, pending in self._pending(int(since.timestamp() * 1000)):
             mine = [c for c in pending if c.query == query_id and c.batch is not None]
-            batch = max((c.batch for c in mine), default=None)
+            batch = max((c.batch for c in mine if c.batch is not None), default=None)
             if batch is not None:
                 found.append(self._report(open_queue(path, self.storage_options), query_id, None, batch,
                                           [c for c in mine if c.batch == batch], 0.0))
@@ -146,7 +152,7 @@ class FlowProgressListener(StreamingQueryListener):
             if mine:
                 queue = open_queue(path, self.storage_options)
                 found.append(self._report(queue, query_id, progress.name, batch_id, mine,
-                                          queue.holds.seconds(query_id, batch_id)))
+                                          queue.hold_times.seconds(query_id, batch_id)))
         return found
 
     def _pending(self, since: int) -> list[tuple[str, list[Commit]]]:

@@ -27,14 +27,17 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit
 
 from spark_flow.commands import HOME_COMMANDS, CommandLog
-from spark_flow.config import parse_count, pattern_matches, split_options
 from spark_flow.exceptions import ConfigurationError
 from spark_flow.home import Registry
 from spark_flow.homeflow import open_home
+from spark_flow.keys import pattern_matches, split_options
 from spark_flow.names import normalize_path
+from spark_flow.offsets import Offset
 from spark_flow.queue import open_queue
+from spark_flow.state import producers_held
 from spark_flow.storage import storage_options
 from spark_flow.subscriptions import Subscription
+from spark_flow.units import parse_count
 
 log = logging.getLogger("spark_flow.controller")
 
@@ -51,11 +54,15 @@ OBSERVATION_SCHEMA = (
     "stall_timeout DOUBLE, stalled_policy STRING, recorded_stopped BOOLEAN, recorded_count BIGINT, "
     "recorded_transition BIGINT, backpressured BOOLEAN, command_id BIGINT, command STRING, settings STRING"
 )
+#: One observation (or command) as the source yields it, in :data:`OBSERVATION_SCHEMA`'s order.
+ObservationRow = tuple[Any, ...]
+
+
 @dataclass(frozen=True)
 class ObservePartition(InputPartition):
     """Observations one read task yields; the first task also reads the commands to apply."""
 
-    rows: tuple[tuple, ...]
+    rows: tuple[ObservationRow, ...]
     commands_after: int = -1
     commands_upto: int = -1
     home: str = ""
@@ -97,7 +104,7 @@ class ObservationReader(DataSourceStreamReader):
         self.max_partitions = max_partitions
         self.storage_options = storage
 
-    def initialOffset(self) -> dict:
+    def initialOffset(self) -> Offset:
         """Before the first look, with no command applied."""
         return {"tick": 0, "commands": -1}
 
@@ -105,12 +112,12 @@ class ObservationReader(DataSourceStreamReader):
         """Every command issued since the last batch belongs to the next one."""
         return ReadAllAvailable()
 
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+    def latestOffset(self, start: Offset, limit: ReadLimit) -> Offset:
         """A new tick every trigger (so every trigger runs a batch that looks at every queue),
         with the newest command id."""
         return {"tick": start["tick"] + 1, "commands": max(CommandLog(self.home, self.storage_options).latest(), start["commands"])}
 
-    def partitions(self, start: dict, end: dict) -> list[ObservePartition]:
+    def partitions(self, start: Offset, end: Offset) -> list[ObservePartition]:
         """Look at the home's queues now (see the module's docstring) and hand the observations
         to up to ``maxPartitions`` tasks; the first also reads the commands."""
         rows = observe(open_home(self.home, self.storage_options).registry.queues(), self.storage_options)
@@ -119,8 +126,9 @@ class ObservationReader(DataSourceStreamReader):
                                  end["commands"] if i == 0 else -1, self.home, self.storage_options)
                 for i in range(parts)]
 
-    def read(self, partition: ObservePartition) -> Iterator[tuple]:
+    def read(self, partition: InputPartition) -> Iterator[ObservationRow]:
         """One observation per queue and subscription, then one row per command and queue it targets."""
+        assert isinstance(partition, ObservePartition)  # made by partitions() above
         yield from partition.rows
         if partition.commands_upto > partition.commands_after:
             names = dict(Registry(partition.home, partition.storage_options).queues())
@@ -132,14 +140,14 @@ class ObservationReader(DataSourceStreamReader):
                                observed_at=now_ms(), command_id=command.id, command=command.command,
                                settings=json.dumps(dict(command.settings)))
 
-    def commit(self, end: dict) -> None:
+    def commit(self, end: Offset) -> None:
         """Nothing to acknowledge: observations are looked at again, commands are kept."""
 
 
 _OBSERVATION_FIELDS = [part.strip().split(" ")[0] for part in OBSERVATION_SCHEMA.split(",")]
 
 
-def _row(**values: Any) -> tuple:
+def _row(**values: Any) -> ObservationRow:
     return tuple(values.get(name) for name in _OBSERVATION_FIELDS)
 
 
@@ -147,12 +155,12 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def observe(queues: Mapping[str, str], storage: Mapping[str, str]) -> list[tuple]:
+def observe(queues: Mapping[str, str], storage: Mapping[str, str]) -> list[ObservationRow]:
     """One observation per queue (name -> path) and subscription: the queues looked at
     :data:`LOOKS_AT_ONCE` at a time, then whether each consumer is held back by the queues it
     writes to, each of those looked at once."""
     with ThreadPoolExecutor(LOOKS_AT_ONCE) as pool:
-        looks = list(pool.map(lambda queue: _look(*queue, storage), queues.items()))
+        looks = list(pool.map(lambda queue: _look(queue[0], queue[1], storage), queues.items()))
     stopped: dict[str, bool] = {}
     rows = []
     for sub, row in (entry for look in looks for entry in look):
@@ -196,8 +204,10 @@ def _stopped(path: str, storage: Mapping[str, str]) -> bool:
         queue = open_queue(path, storage)
         queue.refresh()
         settings = queue.settings()
-        home_stopped = bool(queue.home) and settings.flow_controlled and open_home(queue.home, storage).recorded_stopped()
-        return settings.producers_stopped or any(s.flow_stopped for s in queue.subscriptions.list()) or home_stopped
+        home = queue.home
+        home_stopped = home is not None and settings.flow_controlled and open_home(home, storage).recorded_stopped()
+        return producers_held(flow_stopped=(s.flow_stopped for s in queue.subscriptions.list()),
+                              producers_stopped=settings.producers_stopped, home_stopped=home_stopped)
     except Exception as error:  # dropped or unreadable: it holds nobody
         log.warning("cannot look at downstream queue %s: %s", path, error)
         return False

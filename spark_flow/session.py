@@ -20,7 +20,7 @@ from spark_flow.exceptions import ConfigurationError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-    from pyspark.sql.streaming import StreamingQuery
+    from pyspark.sql.streaming.query import StreamingQuery
 
 #: Delta's jars for Spark 4.2 / Scala 2.13. delta-spark 4.4.1's Python package is pinned, but
 #: its 4.4.1 jars are not on Maven Central; the 4.4.0 jars are, and they speak the same API.
@@ -130,7 +130,7 @@ def get_spark(conf: Mapping[str, str] | None = None) -> SparkSession:
     spark_conf = SparkConf()
     for key, value in {**LOCAL_DEFAULTS, **DELTA_CONF, **(conf or {})}.items():
         spark_conf.setIfMissing(key, value)
-    extensions = spark_conf.get("spark.sql.extensions")
+    extensions = spark_conf.get("spark.sql.extensions") or ""
     if DELTA_CONF["spark.sql.extensions"] not in extensions:
         spark_conf.set("spark.sql.extensions", f"{extensions},{DELTA_CONF['spark.sql.extensions']}")
     packages = spark_conf.get("spark.jars.packages", "")

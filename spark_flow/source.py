@@ -27,25 +27,27 @@ read with ``deltalake``.
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import time
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
 
-from spark_flow.admission import DEFAULT_MAX_TRIGGER_DELAY, ReadLimits
-from spark_flow.config import parse_count, parse_duration, parse_size, split_options
+from spark_flow.conf_record import record_queue_conf
 from spark_flow.exceptions import ConfigurationError, ProducerSettingError
 from spark_flow.gate import Gate
+from spark_flow.keys import split_options
 from spark_flow.ledger import Position
-from spark_flow.queue import open_queue
+from spark_flow.offsets import Offset, offset_position
+from spark_flow.queue import Queue, StartingPosition, open_queue
+from spark_flow.read_limits import DEFAULT_MAX_TRIGGER_DELAY, ReadLimits
 from spark_flow.storage import storage_options
-from spark_flow.subscriptions import DEFAULT_SUBSCRIPTION
+from spark_flow.subscriptions import DEFAULT_SUBSCRIPTION, Subscription
+from spark_flow.units import parse_count, parse_duration, parse_size
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -64,7 +66,7 @@ class SourceOptions:
     queue: str
     subscription: str = DEFAULT_SUBSCRIPTION
     limits: ReadLimits = field(default_factory=ReadLimits)
-    starting_position: str | None = None
+    starting_position: StartingPosition | None = None
     max_partitions: int = 4
     downstream: tuple[str, ...] = ()
     reader_timeout: float = 30.0
@@ -87,7 +89,7 @@ class SourceOptions:
             queue=own["queue"],
             subscription=own.get("subscription") or DEFAULT_SUBSCRIPTION,
             limits=_read_limits(own),
-            starting_position=position.strip().lower() if position else None,
+            starting_position=cast(StartingPosition, position.strip().lower()) if position else None,
             max_partitions=parse_count("maxPartitions", own.get("maxPartitions", 4), minimum=1),
             downstream=tuple(p.strip() for p in own.get("downstream", "").split(",") if p.strip()),
             reader_timeout=parse_duration("readerTimeout", own.get("readerTimeout", "30s"), minimum=1.0),
@@ -115,21 +117,6 @@ def _read_limits(own: Mapping[str, str]) -> ReadLimits:
         max_trigger_delay=(DEFAULT_MAX_TRIGGER_DELAY if delay is None
                            else parse_duration("maxTriggerDelay", delay, minimum=0.001)),
     )
-
-
-def flowqueue_offset(text: str | None) -> dict | None:
-    """A flowqueue offset from query progress (it names its queue and subscription), or None
-    for another source's."""
-    try:
-        offset = json.loads(text) if text else None
-    except ValueError:
-        return None
-    return offset if isinstance(offset, dict) and {"queue", "subscription", "version"} <= offset.keys() else None
-
-
-def offset_position(offset: Mapping[str, Any]) -> Position:
-    """The queue position of a flowqueue offset."""
-    return Position(int(offset["version"]), int(offset.get("index") or 0))
 
 
 @dataclass(frozen=True)
@@ -202,16 +189,16 @@ class FlowQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._last_batch = time.monotonic()  # maxTriggerDelay counts from the last batch, or the start
 
     @property
-    def _queue(self) -> Any:
+    def _queue(self) -> Queue:
         return open_queue(self.settings.queue, self.settings.storage_options)
 
-    def _subscription(self) -> Any:
+    def _subscription(self) -> Subscription:
         queue, name = self._queue, self.settings.subscription
         if self.settings.starting_position is not None:
             return queue.create_subscription(name, self.settings.starting_position)
         return queue.subscriptions.get(name)
 
-    def _offset(self, position: Position) -> dict:
+    def _offset(self, position: Position) -> Offset:
         return {"version": position.version, "index": position.index, "queue": self.settings.queue,
                 "subscription": self.settings.subscription, "reader": self._reader}
 
@@ -221,7 +208,7 @@ class FlowQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             self._queue.subscriptions.claim(self.settings.subscription, self._reader, self.settings.reader_timeout)
             self._claimed = time.monotonic()
 
-    def initialOffset(self) -> dict:
+    def initialOffset(self) -> Offset:
         """Where a query without a checkpoint starts: the subscription's ack position.
 
         Returns
@@ -246,7 +233,7 @@ class FlowQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         """``Trigger.AvailableNow``: read up to the queue version that is the latest now, no further."""
         self._target = self._queue.refresh()
 
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+    def latestOffset(self, start: Offset, limit: ReadLimit) -> Offset:
         """The end of the next micro-batch, and the acknowledgement of every batch before it.
 
         Parameters
@@ -255,7 +242,7 @@ class FlowQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             Where the next batch starts: the end of the last batch Spark planned.
         limit : ReadLimit
             ``ReadAllAvailable`` admits everything; any other, the source's read limits
-            (:class:`~spark_flow.admission.ReadLimits`), message by message.
+            (:class:`~spark_flow.read_limits.ReadLimits`), message by message.
 
         Returns
         -------
@@ -301,16 +288,16 @@ class FlowQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         downstream = [open_queue(path, self.settings.storage_options) for path in self.settings.downstream]
         if not self._recorded:
             for queue in downstream:
-                queue.record_conf(self.settings.flow_conf)
+                record_queue_conf(queue, self.settings.flow_conf)
             self._queue.subscriptions.add_downstream(self.settings.subscription, [q.path for q in downstream])
             self._recorded = True
         return any(Gate(queue).observe().stopped for queue in downstream)
 
-    def reportLatestOffset(self) -> dict:
+    def reportLatestOffset(self) -> Offset:
         """The queue's newest version, for query progress (``latestOffset`` in the source's metrics)."""
         return self._offset(Position(self._queue.refresh()))
 
-    def partitions(self, start: dict, end: dict) -> list[MessageRange]:
+    def partitions(self, start: Offset, end: Offset) -> list[MessageRange]:
         """Split the messages from ``start`` to ``end`` into up to ``maxPartitions`` read tasks,
         at commit boundaries.
 
@@ -328,11 +315,12 @@ class FlowQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return [MessageRange(self.settings.queue, lo, hi, self.settings.storage_options)
                 for lo, hi in itertools.pairwise(bounds) if hi > lo]
 
-    def read(self, partition: MessageRange) -> Iterator[pa.RecordBatch]:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """The messages of one task, from the queue's change feed, in enqueue order."""
+        assert isinstance(partition, MessageRange)  # made by partitions() above
         yield from open_queue(partition.path, partition.storage_options).read(partition.after, partition.upto).to_batches()
 
-    def commit(self, end: dict) -> None:
+    def commit(self, end: Offset) -> None:
         """Acknowledge up to ``end``: Spark has completed the batch ending there.
 
         Spark calls it after :meth:`latestOffset` of the next batch, which acknowledged ``end``
@@ -354,8 +342,8 @@ def read_queue(spark: SparkSession, queue: str, subscription: str = DEFAULT_SUBS
     session's ``spark.flow.*`` conf and storage options to the source (whose workers have no
     SparkSession).
     """
-    from spark_flow.config import session_flow_conf
-    from spark_flow.queue import queue_location
+    from spark_flow.declare import queue_location
+    from spark_flow.keys import session_flow_conf
     from spark_flow.storage import as_conf, session_storage_options
 
     spark.dataSource.register(FlowQueueDataSource)

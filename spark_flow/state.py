@@ -7,7 +7,7 @@ same machine, so the rule is written once and tested message by message.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
@@ -49,7 +49,11 @@ class Thresholds:
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Thresholds:
         """The thresholds a status, history or observation row carries (under these field names)."""
-        return cls(**{f.name: type(f.default)(row.get(f.name) or 0) for f in fields(cls)})
+        def value(name: str) -> Any:
+            return row.get(name) or 0
+
+        return cls(int(value("stop_count")), int(value("resume_count")), int(value("stop_size")),
+                   int(value("resume_size")), float(value("stop_age")), float(value("resume_age")))
 
     @property
     def enabled(self) -> bool:
@@ -95,3 +99,10 @@ class FlowState:
         if self.flow_stopped and thresholds.relieved(count, size, age):
             return replace(self, flow_stopped=False)
         return self
+
+
+def producers_held(*, flow_stopped: Iterable[bool], producers_stopped: bool, home_stopped: bool = False) -> bool:
+    """Whether a queue holds its producers: any of its subscriptions is flow-stopped, an operator
+    stopped its producers, or its home is flow-stopped (when the queue's producers are
+    flow-controlled). Gates, gated sources, the controller and the status all ask this."""
+    return producers_stopped or home_stopped or any(flow_stopped)

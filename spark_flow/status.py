@@ -13,12 +13,12 @@ were a quarter of the controller's writes at 1,000 queues).
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from spark_flow.handles import shared
 from spark_flow.home import control_path
-from spark_flow.tables import StateTable, read_rows, sql_string
+from spark_flow.tables import RecordTable, read_rows, sql_string
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -72,17 +72,9 @@ def history_schema() -> pa.Schema:
     ])
 
 
-_OPEN: dict[tuple[str, tuple[tuple[str, str], ...]], StateTable] = {}
-_OPEN_LOCK = threading.Lock()
-
-
-def _control_table(home: str, name: str, storage_options: Mapping[str, str] | None = None) -> StateTable:
+def control_table(home: str, name: str, storage_options: Mapping[str, str] | None = None) -> RecordTable:
     """The process's handle on the control table ``name`` (``status``, ``history``) of ``home``."""
-    key = (control_path(home, name), tuple(sorted((storage_options or {}).items())))
-    with _OPEN_LOCK:
-        if key not in _OPEN:
-            _OPEN[key] = StateTable(key[0], storage_options)
-        return _OPEN[key]
+    return shared("control table", control_path(home, name), storage_options, RecordTable)
 
 
 def write_status(home: str, rows: Sequence[Mapping[str, Any]], gone: Sequence[tuple[str, str]],
@@ -90,7 +82,7 @@ def write_status(home: str, rows: Sequence[Mapping[str, Any]], gone: Sequence[tu
     """Upsert status rows by (queue, subscription) and delete the rows of subscriptions that are gone."""
     import pyarrow as pa
 
-    table = _control_table(home, "status", storage_options)
+    table = control_table(home, "status", storage_options)
     data = pa.Table.from_pylist(list(rows), schema=status_schema())
     if not table.create(data) and rows:
         table.merge(data, "t.queue = s.queue AND t.subscription = s.subscription",
@@ -106,7 +98,7 @@ def append_history(home: str, rows: Sequence[Mapping[str, Any]], app_id: str, ve
     import pyarrow as pa
     from deltalake import CommitProperties, Transaction, write_deltalake
 
-    handle = _control_table(home, "history", storage_options)
+    handle = control_table(home, "history", storage_options)
     table = handle.open()
     target = table if table is not None else handle.location  # the handle is written through, so kept current
     if table is not None:

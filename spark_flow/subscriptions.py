@@ -3,7 +3,7 @@
 One row per subscription. Consumers move its ack position forward (``position``, the last
 queue version they acknowledged whole, and ``index``, the messages of the next version they
 acknowledged too), gates record flow transitions. Every change is a MERGE into a
-:class:`~spark_flow.tables.StateTable` whose monotonic or compare-and-set predicate makes a
+:class:`~spark_flow.tables.RecordTable` whose monotonic or compare-and-set predicate makes a
 replayed or raced update harmless: no lock, and no SparkSession (it runs in Python data source
 workers).
 """
@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from spark_flow.exceptions import QueueNotFoundError, SubscriptionInUseError, SubscriptionNotFoundError
 from spark_flow.ledger import Position
-from spark_flow.tables import StateTable, one_row, read_rows, retry_commit, sql_string
+from spark_flow.state import FlowState
+from spark_flow.tables import RecordTable, one_row, read_rows, retry_commit, sql_string
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -49,16 +50,22 @@ class Subscription:
     index: int = 0
     last_transition_detail: str | None = None  # what the last transition saw (JSON, spark_flow.history)
 
-    def __post_init__(self) -> None:
-        if isinstance(self.downstream, str) or self.downstream is None:  # as the table keeps it
-            object.__setattr__(self, "downstream", tuple(p for p in (self.downstream or "").split(",") if p))
-        if self.index is None:  # a row from before positions had an index
-            object.__setattr__(self, "index", 0)
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> Subscription:
+        """A row as the table keeps it: ``downstream`` comma-separated, and no ``index`` in a row
+        from before positions had one."""
+        downstream = tuple(p for p in (row.get("downstream") or "").split(",") if p)
+        return cls(**{**row, "downstream": downstream, "index": row.get("index") or 0})
 
     @property
     def acknowledged(self) -> Position:
         """The ack position: every message up to here is acknowledged."""
         return Position(self.position, self.index)
+
+    @property
+    def flow_state(self) -> FlowState:
+        """The flow state recorded for the subscription: ``flowStopped``, ``flowStoppedCount``."""
+        return FlowState(self.flow_stopped, self.flow_stopped_count)
 
 
 def _schema() -> pa.Schema:
@@ -120,7 +127,7 @@ class SubscriptionTable:
     def __init__(self, location: str, queue: str, storage_options: Mapping[str, str] | None = None) -> None:
         self.location = location
         self.queue = queue
-        self._table = StateTable(location, storage_options)
+        self._table = RecordTable(location, storage_options)
         self._listed: tuple[int, list[Subscription]] = (-1, [])  # the last list read, by table version
         self._columns_ready = False
 
@@ -137,7 +144,7 @@ class SubscriptionTable:
         version = table.version()
         if self._listed[0] != version:
             rows = read_rows(table)
-            self._listed = (version, sorted((Subscription(**row) for row in rows), key=lambda s: s.name))
+            self._listed = (version, sorted((Subscription.from_row(row) for row in rows), key=lambda s: s.name))
         return list(self._listed[1])
 
     def get(self, name: str) -> Subscription:
@@ -156,7 +163,7 @@ class SubscriptionTable:
         inserted = self._merge(row, lambda m: m.when_not_matched_insert(
             {key: f"s.{key}" for key in row}
             | {"downstream": "NULL", "reader": "NULL", "reader_seen": "NULL", "reader_process": "NULL"}))
-        return inserted["num_target_rows_inserted"] > 0
+        return bool(inserted["num_target_rows_inserted"] > 0)
 
     def drop(self, name: str) -> None:
         """Drop a subscription: it no longer counts in the queue's depth."""
@@ -195,7 +202,7 @@ class SubscriptionTable:
             raise SubscriptionInUseError(self.queue, name, sub.reader, age(sub.reader_seen), None)
         return False
 
-    def add_downstream(self, name: str, paths: tuple[str, ...] | list[str]) -> None:
+    def add_downstream(self, name: str, paths: Sequence[str]) -> None:
         """Record queues the consumer of ``name`` writes to (kept with those recorded before;
         compare and set, so two writers adding different queues keep both)."""
         while True:
@@ -252,7 +259,7 @@ class SubscriptionTable:
     def _add_columns(self) -> None:
         """Add the columns later versions brought to a table an older spark-flow created: its
         rows read ``index`` as 0 (whole-commit positions) and no transition detail."""
-        from deltalake import Field
+        from deltalake.schema import Field, PrimitiveType
 
         if self._columns_ready:
             return
@@ -260,7 +267,7 @@ class SubscriptionTable:
         def add() -> None:
             current = self._table.open()
             names = current.schema().to_arrow().names if current is not None else []
-            fields = [Field(name, kind, nullable=True) for name, kind in _LATER_COLUMNS.items() if name not in names]
+            fields = [Field(name, PrimitiveType(kind), nullable=True) for name, kind in _LATER_COLUMNS.items() if name not in names]
             if current is not None and fields:
                 current.alter.add_columns(fields)
 

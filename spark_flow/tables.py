@@ -70,7 +70,7 @@ def read_rows(table: DeltaTable, columns: list[str] | None = None) -> list[dict[
         chunks = [chunk.view(wall) for chunk in rows.column(zoned_field.name).chunks]
         rows = rows.set_column(rows.schema.get_field_index(zoned_field.name), zoned_field.with_type(wall),
                                pa.chunked_array(chunks, wall))
-    listed = rows.to_pylist()
+    listed: list[dict[str, Any]] = rows.to_pylist()
     for row in listed:
         for zoned_field in zoned:
             if row[zoned_field.name] is not None:
@@ -111,7 +111,7 @@ def _arrow_type(name: str, value: Any) -> pa.DataType:
     raise TypeError(f"{name}={value!r}: a one-row table holds str, int, bool, timezone-aware datetime or None")
 
 
-class StateTable:
+class RecordTable:
     """One state table at ``location``; the handle is kept and caught up, not reopened.
 
     Parameters

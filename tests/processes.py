@@ -8,9 +8,10 @@ import subprocess
 
 from _common import ROOT, start_job
 
-__all__ = ["ROOT", "failure", "progress", "spark_submit"]
+__all__ = ["ROOT", "failure", "progress", "spark_submit", "warnings"]
 
 LINE = re.compile(r"(\w+)=(\S+)")
+WARNING = re.compile(r"\b\w*Warning\b: ")
 
 
 def spark_submit(job: str, *args: str, conf: dict[str, str] | None = None, remote: str | None = None,
@@ -32,6 +33,11 @@ def progress(stdout: str, kind: str) -> list[dict[str, str]]:
     """The per-batch progress lines of a job's stdout, as key=value dicts."""
     lines = [line for line in stdout.splitlines() if f" {kind}=" in line and " batch=" in line]
     return [dict(LINE.findall(line)) for line in lines]
+
+
+def warnings(result: subprocess.CompletedProcess[str]) -> list[str]:
+    """The Python warnings a run printed (``FutureWarning: ...``), which its user would see too."""
+    return [line for line in (result.stdout + result.stderr).splitlines() if WARNING.search(line)]
 
 
 def failure(result: subprocess.CompletedProcess[str]) -> str:

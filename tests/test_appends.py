@@ -14,9 +14,10 @@ from deltalake import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 
 from spark_flow.appends import DirectAppender, direct_append_refusal
+from spark_flow.batch import TXN_SPAN
+from spark_flow.declare import declare, purge_acknowledged
 from spark_flow.ledger import METADATA_KEY, Position
-from spark_flow.queue import declare, purge_acknowledged
-from spark_flow.sink import TXN_SPAN, QueueSink
+from spark_flow.sink import QueueSink
 
 SCHEMA = "id BIGINT, body STRING"
 

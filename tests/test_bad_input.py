@@ -25,6 +25,7 @@ from deltalake import DeltaTable
 from pyspark.errors import AnalysisException, StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 
+from spark_flow.declare import declare, purge_acknowledged
 from spark_flow.exceptions import (
     ConfigurationError,
     PositionOutOfRangeError,
@@ -35,7 +36,7 @@ from spark_flow.exceptions import (
     SubscriptionNotFoundError,
     UnknownKeyError,
 )
-from spark_flow.queue import Queue, declare, purge_acknowledged
+from spark_flow.queue import Queue
 from spark_flow.sink import QueueSink
 from spark_flow.source import FlowQueueDataSource, read_queue
 
@@ -473,7 +474,7 @@ def test_bad_input_fails_clearly_and_changes_nothing(spark: SparkSession, per_ca
 
 def test_every_key_with_a_parser_that_can_refuse_has_a_bad_conf_case() -> None:
     """The table covers every spark.flow.* key (``home`` takes any location)."""
-    from spark_flow.config import KEYS
+    from spark_flow.keys import KEYS
 
     covered = {key for key, _value, _allowed in CONF_VALUES}
     assert set(KEYS) - covered == {"home"}

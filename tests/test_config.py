@@ -13,20 +13,15 @@ from pyspark.sql import SparkSession
 from spark_flow.config import (
     ProducerSettings,
     QueueSettings,
-    check_conf,
-    conf_settings,
     default_thresholds,
     home_thresholds,
-    parse_duration,
-    parse_size,
-    pattern_matches,
     producer_settings,
     queue_settings,
-    session_flow_conf,
-    split_options,
 )
 from spark_flow.exceptions import ConfigurationError, QueueSettingError, UnknownKeyError
+from spark_flow.keys import check_conf, conf_settings, pattern_matches, session_flow_conf, split_options
 from spark_flow.state import FlowState, Thresholds
+from spark_flow.units import parse_duration, parse_size
 
 
 def recorded(queue: str, conf: Mapping[str, Any]) -> QueueSettings:
@@ -277,7 +272,7 @@ def test_bad_table_property_names_the_property() -> None:
         ("conf", "spark.flow.stopCuont", "spark.flow.stopCount"),
         ("conf", "spark.flow.resume_size", "spark.flow.resumeSize"),
         ("conf", "spark.flow.queues.events.>.capacty", "spark.flow.queues.events.>.capacity"),
-        ("properties", "flow.maxcount", "flow.maxCount"),
+        ("properties", "flow.maxCont", "flow.maxCount"),
         ("properties", "qpid.flow_stop_cnt", "qpid.flow_stop_count"),
         ("options", "pollIntervall", "pollInterval"),
     ],
@@ -288,6 +283,14 @@ def test_unknown_keys_name_the_closest_valid_key(where: str, key: str, closest: 
     with pytest.raises(UnknownKeyError, match=f"Did you mean '{closest}'") as error:
         calls[where]()
     assert error.value.closest == closest and error.value.key == key
+
+
+def test_every_spelling_of_a_key_matches_whatever_its_case() -> None:
+    """One spelling table for every place a key is given: Spark lower-cases data source options."""
+    assert queue_settings("q", {"flow.maxcount": "10", "QPID.FLOW_STOP_COUNT": "8", "resumecount": "4"}).thresholds \
+        == Thresholds(8, 4)
+    assert conf_settings("q", {"spark.flow.STOPCOUNT": "9"}, "queue") == {"stopCount": ("spark.flow.STOPCOUNT", "9")}
+    assert producer_settings("q", {"CAPACITY": "3"}).capacity == 3
 
 
 def test_other_spark_conf_and_table_properties_are_ignored() -> None:

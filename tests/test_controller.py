@@ -14,9 +14,10 @@ from streams import is_held, spark_conf, start_consumer, start_producer, status_
 
 from spark_flow.admin import FlowAdmin
 from spark_flow.controller import start_controller
+from spark_flow.declare import declare
 from spark_flow.exceptions import ConfigurationError, QueueNotFoundError, UnknownKeyError
 from spark_flow.flowstep import ControllerState, step
-from spark_flow.queue import Queue, declare
+from spark_flow.queue import Queue
 from spark_flow.sink import QueueSink
 from spark_flow.source import read_queue
 
@@ -193,7 +194,7 @@ def test_an_available_now_controller_looks_once_per_run(spark: SparkSession, tmp
     assert (first["depth_count"], first["flow_stopped"], first["flow_stopped_count"]) == (10, True, 1)
     command = admin.set("q", stopCount=50, resumeCount=20)
     run()
-    assert queue.overrides.applied() == command
+    assert queue.runtime_settings.applied() == command
     third = run()
     assert (third["stop_count"], third["flow_stopped"], third["flow_stopped_count"]) == (50, False, 1)
     assert [r["event"] for r in admin.history("q") if r["event"] != "sample"] == ["stopped", "command", "resumed"]
@@ -247,7 +248,7 @@ def test_set_changes_thresholds_at_run_time_through_the_controller(
     wait_until(lambda: status_of(admin, "tuned").get("stop_count") == 100, 60)
     status = status_of(admin, "tuned")
     assert (status["resume_count"], status["flow_stopped"], status["flow_stopped_count"]) == (50, False, 1)
-    assert queue.overrides.settings() == {}
+    assert queue.runtime_settings.current() == {}
 
 
 @pytest.mark.e2e
@@ -380,7 +381,7 @@ class TestBadCommands:
         with pytest.raises(error, match=match):
             call(admin)  # type: ignore[operator]
         assert admin.commands.latest() == before
-        assert admin.queue("orders.eu").overrides.settings() == {}
+        assert admin.queue("orders.eu").runtime_settings.current() == {}
 
     def test_set_is_checked_with_the_commands_not_yet_applied(self, admin: FlowAdmin) -> None:
         """On a 5/2 queue, ``set stopCount=3`` is fine; ``set resumeCount=4`` would be fine on its

@@ -10,7 +10,7 @@ from processes import failure, progress, spark_submit
 from pyspark.sql import SparkSession
 
 from spark_flow.admin import FlowAdmin
-from spark_flow.queue import declare
+from spark_flow.declare import declare
 
 pytestmark = pytest.mark.e2e
 

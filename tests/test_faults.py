@@ -32,8 +32,9 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from spark_flow.admin import FlowAdmin
+from spark_flow.declare import declare, purge_acknowledged
 from spark_flow.home import control_path
-from spark_flow.queue import Queue, declare, purge_acknowledged
+from spark_flow.queue import Queue
 from spark_flow.sink import QueueSink
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
@@ -330,7 +331,7 @@ def test_kill_9_controller_at_random_points_keeps_status_and_count_exact(
     assert transitions == [("stopped", 1), ("resumed", 1), ("stopped", 2), ("resumed", 2)]
     assert [r["flow_stopped_count"] for r in queue.history.read()] == [1, 1, 2, 2]
     assert applied() == ["stop-producers", "start-producers"], "each command applied (and recorded) once"
-    assert queue.overrides.settings() == {"producersStopped": "false"}
+    assert queue.runtime_settings.current() == {"producersStopped": "false"}
 
 
 def test_concurrent_producers_and_acknowledgements_retry_and_lose_nothing(spark: SparkSession,

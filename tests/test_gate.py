@@ -20,11 +20,12 @@ from deltalake import DeltaTable, write_deltalake
 from pyspark.sql import SparkSession
 
 from spark_flow.config import ProducerSettings
+from spark_flow.declare import declare
 from spark_flow.exceptions import QueueFullError
 from spark_flow.gate import Gate, GateStatus
 from spark_flow.history import transition_detail
 from spark_flow.ledger import Depth, Position
-from spark_flow.queue import Queue, declare
+from spark_flow.queue import Queue
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -193,7 +194,7 @@ def test_a_transition_seen_before_its_maker_records_it_keeps_the_depth_it_was_ma
                 paused.set()
                 release.wait(60)
 
-    logger, handler = logging.getLogger("spark_flow.queue"), PauseAtTheLogLine()
+    logger, handler = logging.getLogger("spark_flow.flow"), PauseAtTheLogLine()
     logger.addHandler(handler)
     level = logger.level
     logger.setLevel(logging.INFO)

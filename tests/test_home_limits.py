@@ -15,10 +15,11 @@ from spark_flow.admin import FlowAdmin
 from spark_flow.cli import main
 from spark_flow.config import ProducerSettings
 from spark_flow.controller import start_controller
+from spark_flow.declare import declare
 from spark_flow.exceptions import ConfigurationError, QueueFullError
 from spark_flow.gate import Gate
-from spark_flow.homeflow import HOME_QUEUE, HOME_STATE, open_home
-from spark_flow.queue import declare, open_queue
+from spark_flow.homeflow import HOME_QUEUE, HOME_ROW, open_home
+from spark_flow.queue import open_queue
 from spark_flow.sink import QueueSink
 
 SCHEMA = "id BIGINT, producer STRING"
@@ -54,7 +55,7 @@ def test_two_queues_under_their_own_stop_held_by_the_home_and_released_under_its
         wait_until(lambda: _home_row(admin).get("flow_stopped") is True, 60)
         assert _home_row(admin)["stop_count"] == 120 and _home_row(admin)["depth_count"] > 120
         assert main(["--home", home, "status"]) == 0
-        assert any(line.split()[:2] == [HOME_QUEUE, HOME_STATE] for line in capsys.readouterr().out.splitlines())
+        assert any(line.split()[:2] == [HOME_QUEUE, HOME_ROW] for line in capsys.readouterr().out.splitlines())
 
         held = {"a": spark.read.format("delta").load(a).count(), "b": spark.read.format("delta").load(b).count()}
         consumers = [start_consumer(spark, path, tmp_path / f"c{name}", tmp_path / f"out{name}",

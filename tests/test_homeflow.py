@@ -9,9 +9,10 @@ import pytest
 from deltalake import DeltaTable
 
 from spark_flow.admin import FlowAdmin
+from spark_flow.conf_record import record_home_conf
 from spark_flow.exceptions import ConfigurationError
 from spark_flow.home import control_path
-from spark_flow.homeflow import HOME_STATE, HomeFlow
+from spark_flow.homeflow import HOME_ROW, HomeFlow
 from spark_flow.ledger import Depth
 from spark_flow.state import FlowState, Thresholds
 
@@ -45,7 +46,7 @@ def test_the_home_stops_over_its_stop_and_resumes_under_its_resume_counted_once(
     rows = one.history.read()
     assert [(r["flow_stopped"], r["flow_stopped_count"], r["depth_count"]) for r in rows] == [
         (True, 1, 8), (False, 1, 4), (True, 2, 8)]
-    assert {(r["stop_count"], r["resume_count"], r["subscription"]) for r in rows} == {(7, 5, HOME_STATE)}
+    assert {(r["stop_count"], r["resume_count"], r["subscription"]) for r in rows} == {(7, 5, HOME_ROW)}
 
 
 def test_a_stopped_home_whose_limits_are_removed_is_resumed_by_the_controller_look(tmp_path: Path) -> None:
@@ -56,14 +57,14 @@ def test_a_stopped_home_whose_limits_are_removed_is_resumed_by_the_controller_lo
     admin.unset_home("homeStopSize")
     assert not flow.observe().flow_stopped  # a gate: no limit, no look
     assert flow.observe(Depth(1, 2000)).state == FlowState(False, 1)  # the controller records the resume
-    assert not flow.flow.get(HOME_STATE).flow_stopped
+    assert not flow.flow.get(HOME_ROW).flow_stopped
 
 
 def test_conf_supplies_a_limit_the_home_has_none_recorded_for(tmp_path: Path) -> None:
     home = str(tmp_path / "home")
     FlowAdmin(home).set_home(homeStopCount=100)
     flow = HomeFlow(home)
-    in_force = flow.record_conf({"spark.flow.homeStopCount": "999", "spark.flow.homeResumeCount": "50",
+    in_force = record_home_conf(flow, {"spark.flow.homeStopCount": "999", "spark.flow.homeResumeCount": "50",
                                  "spark.flow.stopCount": "10"})
     assert in_force == Thresholds(100, 50)  # the recorded stop stays, the conf's resume fills the gap
     assert HomeFlow(home).thresholds() == Thresholds(100, 50)  # any other process judges the same
@@ -73,7 +74,7 @@ def test_a_bad_home_limit_is_refused_before_anything_is_recorded(tmp_path: Path)
     home = str(tmp_path / "home")
     admin = FlowAdmin(home)
     with pytest.raises(ConfigurationError, match=r"spark.flow.homeResumeCount='900'.*spark.flow.homeStopCount=500"):
-        HomeFlow(home).record_conf({"spark.flow.homeStopCount": "500", "spark.flow.homeResumeCount": "900"})
+        record_home_conf(HomeFlow(home), {"spark.flow.homeStopCount": "500", "spark.flow.homeResumeCount": "900"})
     with pytest.raises(ConfigurationError, match=r"homeResumeCount='9'.*<= homeStopCount=5"):
         admin.set_home(homeStopCount=5, homeResumeCount=9)
     with pytest.raises(ConfigurationError, match=r"homeStopCount='-3'"):

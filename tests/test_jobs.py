@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
-from processes import ROOT, failure, progress, spark_submit
+from processes import ROOT, failure, progress, spark_submit, warnings
 
-from spark_flow.config import QueueSettings, conf_settings, producer_settings, queue_settings
+from spark_flow.config import QueueSettings, producer_settings, queue_settings
+from spark_flow.keys import conf_settings
 from spark_flow.queue import Queue
 
 STOP, RESUME, CAPACITY, RATE = 20, 10, 30, 20
@@ -97,6 +98,7 @@ def test_producer_is_held_then_the_consumer_drains_the_queue(tmp_path: Path, ses
         "--trigger", "500ms", "--run-seconds", "12", remote=remote,
         conf={"spark.flow.stopCount": str(STOP), "spark.flow.resumeCount": str(RESUME)})
     assert producer.returncode == 0, failure(producer)
+    assert not warnings(producer), failure(producer)  # what the user sees: nothing spark-flow could prevent
     assert f"stopCount={STOP} resumeCount={RESUME}" in producer.stdout, failure(producer)
     lines = progress(producer.stdout, "producer")
     assert lines, failure(producer)
@@ -118,6 +120,7 @@ def test_producer_is_held_then_the_consumer_drains_the_queue(tmp_path: Path, ses
         "--max-bytes-per-trigger", "500", "--rows-per-second", "50", "--trigger", "500ms", "--until-empty",
         remote=remote)
     assert consumer.returncode == 0, failure(consumer)
+    assert not warnings(consumer), failure(consumer)
     lines = progress(consumer.stdout, "consumer")
     # 100-byte messages within 500 bytes (the tighter limit): batches of 5, all full but the last
     assert [int(line["consumed"]) for line in lines[:-1]] == [5] * (len(lines) - 1), failure(consumer)
@@ -127,6 +130,18 @@ def test_producer_is_held_then_the_consumer_drains_the_queue(tmp_path: Path, ses
     assert sorted(consumed) == sorted(enqueued.column("id").to_pylist())
     assert len(consumed) == len(set(consumed))  # every message exactly once
     assert queue.depth().count == 0
+
+
+def test_a_bare_number_is_milliseconds_for_a_job_flag_and_a_conf_key() -> None:
+    """One duration parser for the jobs and the package, with the README's rule: a plain number
+    is milliseconds, whether it is a job's flag or a ``spark.flow.*`` key."""
+    import consumer
+
+    args = consumer.parse_args(["--queue", "q", "--output", "o", "--trigger", "500",
+                                "--min-records-per-trigger", "5", "--max-trigger-delay", "1500"])
+    assert (args.trigger, args.max_trigger_delay) == ("500 milliseconds", 1.5)
+    assert producer_settings("q", conf={"spark.flow.pollInterval": "500"}).poll_interval == 0.5
+    assert consumer.parse_args(["--queue", "q", "--output", "o", "--trigger", "2 seconds"]).trigger == "2000 milliseconds"
 
 
 def test_queues_conf_sets_each_queue_as_its_comments_say() -> None:

@@ -8,8 +8,8 @@ import pytest
 from pyspark.sql import SparkSession
 from streams import start_consumer, start_producer, wait_until
 
+from spark_flow.declare import declare
 from spark_flow.listener import FlowProgress, FlowProgressListener
-from spark_flow.queue import declare
 
 pytestmark = pytest.mark.e2e
 

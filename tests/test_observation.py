@@ -12,8 +12,8 @@ from streams import status_of, wait_until
 
 from spark_flow.admin import FlowAdmin
 from spark_flow.controller import start_controller, stop_between_batches
+from spark_flow.declare import declare
 from spark_flow.ledger import Depth
-from spark_flow.queue import declare
 from spark_flow.state import FlowState
 
 SCHEMA = "id BIGINT, body STRING"
@@ -38,10 +38,10 @@ def test_changes_between_controller_batches_are_seen(spark: SparkSession, tmp_pa
         wait_until(lambda: status_of(admin, "q", "late").get("depth_count") == 3, 60)  # a new subscription
 
         late = queue.subscriptions.get("late")
-        assert queue.transition(late, FlowState(True, 1), Depth(3), queue.settings().thresholds)  # as a gate does
+        assert queue.recorder.record(late, FlowState(True, 1), Depth(3), queue.settings().thresholds)  # as a gate does
         wait_until(lambda: status_of(admin, "q", "late").get("flow_stopped") is True, 60)
 
-        queue.overrides.apply({"stopCount": "10"}, 0)  # the first run-time setting makes the table
+        queue.runtime_settings.apply({"stopCount": "10"}, 0)  # the first run-time setting makes the table
         wait_until(lambda: status_of(admin, "q").get("stop_count") == 10, 60)
         declare(spark, path, SCHEMA, settings={"resumeCount": 3})  # a table property changed
         wait_until(lambda: status_of(admin, "q").get("resume_count") == 3, 60)

@@ -11,7 +11,7 @@ import pytest
 from _common import start_job
 from pyspark.sql import SparkSession
 
-from spark_flow.queue import declare
+from spark_flow.declare import declare
 
 pytestmark = pytest.mark.e2e
 

@@ -10,6 +10,9 @@ from deltalake import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from streams import spark_conf
 
+from spark_flow.batch import message_size
+from spark_flow.conf_record import record_queue_conf
+from spark_flow.declare import declare
 from spark_flow.exceptions import (
     ConfigurationError,
     QueueNotFoundError,
@@ -18,8 +21,8 @@ from spark_flow.exceptions import (
     UnknownKeyError,
 )
 from spark_flow.ledger import Depth
-from spark_flow.queue import Queue, declare
-from spark_flow.sink import QueueSink, message_size
+from spark_flow.queue import Queue
+from spark_flow.sink import QueueSink
 
 SCHEMA = "id BIGINT, body STRING"
 
@@ -132,8 +135,8 @@ def test_a_later_conf_records_only_what_is_missing_and_reports_the_rest_once(
     declare(spark, path, SCHEMA, settings={"stopCount": 500, "resumeCount": 300})
     conf = {"spark.flow.stopCount": "800", "spark.flow.stallTimeout": "1min", "spark.flow.resumeCount": "300"}
     with caplog.at_level("WARNING", logger="spark_flow.queue"):
-        settings = Queue(path).record_conf(conf)
-        Queue(path).record_conf(conf)
+        settings = record_queue_conf(Queue(path), conf)
+        record_queue_conf(Queue(path), conf)
     assert (settings.thresholds.stop_count, settings.thresholds.resume_count, settings.stall_timeout) == (500, 300, 60.0)
     assert Queue(path).properties()["flow.stallTimeout"] == "1min"
     lines = [r.getMessage() for r in caplog.records if r.name == "spark_flow.queue"]
@@ -148,7 +151,7 @@ def test_a_conf_that_would_make_the_queue_invalid_is_refused_before_it_is_record
     path = str(tmp_path / "events")
     declare(spark, path, SCHEMA, settings={"stopCount": 500})
     with pytest.raises(ConfigurationError, match=r"spark.flow.resumeCount='600'.*<= flow.stopCount=500"):
-        Queue(path).record_conf({"spark.flow.resumeCount": "600"})
+        record_queue_conf(Queue(path), {"spark.flow.resumeCount": "600"})
     assert "flow.resumeCount" not in Queue(path).properties()
 
 
@@ -164,7 +167,7 @@ def test_two_recorders_at_once_record_one_value(spark: SparkSession, tmp_path: P
     def record(stop: str) -> None:
         queue = Queue(path)
         barrier.wait()
-        results[stop] = queue.record_conf({"spark.flow.stopCount": stop}).thresholds.stop_count
+        results[stop] = record_queue_conf(queue, {"spark.flow.stopCount": stop}).thresholds.stop_count
 
     threads = [threading.Thread(target=record, args=(stop,)) for stop in ("50", "70")]
     for thread in threads:
@@ -385,7 +388,7 @@ def test_sink_refuses_a_batch_of_another_schema(spark: SparkSession, tmp_path: P
 def test_purge_deletes_only_what_every_subscription_acknowledged(spark: SparkSession, tmp_path: Path) -> None:
     """Retention: messages acknowledged by every subscription are deleted, the rest stay; the
     purge counts nothing in the depth and readers do not see it as new messages."""
-    from spark_flow.queue import purge_acknowledged
+    from spark_flow.declare import purge_acknowledged
     from spark_flow.source import read_queue
 
     path = str(tmp_path / "q")
@@ -441,7 +444,7 @@ def test_purge_then_vacuum_leaves_every_unacknowledged_message_readable(spark: S
     """Two subscriptions, ``slow`` 30 messages behind ``default``; purge, then VACUUM with
     retention 0: each reads every message it has not acknowledged, none missing, none twice.
     A second purge and VACUUM after more messages work the same way."""
-    from spark_flow.queue import purge_acknowledged
+    from spark_flow.declare import purge_acknowledged
 
     path = str(tmp_path / "q")
     queue = declare(spark, path, SCHEMA)
@@ -470,7 +473,7 @@ def test_earliest_starts_at_the_oldest_message_the_queue_keeps(spark: SparkSessi
     """A drained, unpurged queue: a new subscription at ``earliest`` gets every message (as
     Kafka's and Pulsar's earliest). After a purge it starts after the purged ones, and a
     position among the purged ones is refused."""
-    from spark_flow.queue import purge_acknowledged
+    from spark_flow.declare import purge_acknowledged
 
     path = str(tmp_path / "q")
     queue = declare(spark, path, SCHEMA)

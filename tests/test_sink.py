@@ -22,7 +22,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from streams import start_producer, wait_until
 
+from spark_flow.batch import TXN_SPAN
 from spark_flow.config import ProducerSettings
+from spark_flow.declare import declare
 from spark_flow.exceptions import (
     ConfigurationError,
     FlowControlError,
@@ -32,8 +34,8 @@ from spark_flow.exceptions import (
 )
 from spark_flow.gate import Gate
 from spark_flow.ledger import METADATA_KEY, Depth, Position
-from spark_flow.queue import Queue, declare, open_queue
-from spark_flow.sink import TXN_SPAN, QueueSink
+from spark_flow.queue import Queue, open_queue
+from spark_flow.sink import QueueSink
 
 # A held direct call never returns: fail instead of hanging.
 pytestmark = pytest.mark.timeout(120)

@@ -20,10 +20,12 @@ from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 from streams import wait_until
 
+from spark_flow.declare import declare
 from spark_flow.ledger import Depth, Position
-from spark_flow.queue import Queue, declare
+from spark_flow.offsets import offset_position
+from spark_flow.queue import Queue
 from spark_flow.sink import QueueSink
-from spark_flow.source import FlowQueueDataSource, offset_position, read_queue
+from spark_flow.source import FlowQueueDataSource, read_queue
 from spark_flow.subscriptions import SubscriptionTable
 
 SCHEMA = "id BIGINT, body STRING"

@@ -15,7 +15,7 @@ from stores import S3_SECRET, Store
 from spark_flow import ConfigurationError, FlowAdmin
 from spark_flow.cli import main as cli_main
 from spark_flow.cli import read_properties
-from spark_flow.config import check_conf, split_options
+from spark_flow.keys import check_conf, split_options
 from spark_flow.storage import as_conf, storage_options
 from spark_flow.subscriptions import SubscriptionTable
 

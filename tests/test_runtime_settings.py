@@ -8,51 +8,51 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from spark_flow.overrides import OverrideTable
+from spark_flow.runtime_settings import RuntimeSettings
 
 
 @pytest.fixture
-def overrides(tmp_path: Path) -> OverrideTable:
-    return OverrideTable(str(tmp_path / "overrides"))
+def overrides(tmp_path: Path) -> RuntimeSettings:
+    return RuntimeSettings(str(tmp_path / "overrides"))
 
 
-def rows(table: OverrideTable) -> dict[str, tuple[str | None, int]]:
+def rows(table: RuntimeSettings) -> dict[str, tuple[str | None, int]]:
     """The table's rows as stored: key -> (value, command id)."""
     return {r["key"]: (r["value"], r["command_id"]) for r in DeltaTable(table.location).to_pyarrow_table().to_pylist()}
 
 
-def test_no_table_no_settings(overrides: OverrideTable) -> None:
-    assert overrides.settings() == {}
+def test_no_table_no_settings(overrides: RuntimeSettings) -> None:
+    assert overrides.current() == {}
     assert overrides.applied() == -1
 
 
-def test_apply_sets_values_as_text_by_command(overrides: OverrideTable) -> None:
+def test_apply_sets_values_as_text_by_command(overrides: RuntimeSettings) -> None:
     overrides.apply({"stopCount": 500, "resumeCount": "300"}, 1)
     overrides.apply({"stopCount": "600"}, 2)
-    assert overrides.settings() == {"stopCount": "600", "resumeCount": "300"}
+    assert overrides.current() == {"stopCount": "600", "resumeCount": "300"}
     assert overrides.applied() == 2
 
 
-def test_unset_keeps_a_row_without_a_value(overrides: OverrideTable) -> None:
+def test_unset_keeps_a_row_without_a_value(overrides: RuntimeSettings) -> None:
     overrides.apply({"stopCount": "500", "resumeCount": "300"}, 1)
     overrides.apply({"stopCount": None}, 2)
-    assert overrides.settings() == {"resumeCount": "300"}
+    assert overrides.current() == {"resumeCount": "300"}
     assert rows(overrides) == {"stopCount": (None, 2), "resumeCount": ("300", 1)}
 
 
-def test_an_older_command_never_overwrites_a_newer_one(overrides: OverrideTable) -> None:
+def test_an_older_command_never_overwrites_a_newer_one(overrides: RuntimeSettings) -> None:
     overrides.apply({"stopCount": "500"}, 1)
     overrides.apply({"stopCount": None}, 3)
     overrides.apply({"stopCount": "700"}, 2)  # older, applied late (a replayed controller batch)
     overrides.apply({"stopCount": "500"}, 1)
-    assert overrides.settings() == {}
+    assert overrides.current() == {}
     assert overrides.applied() == 3
     assert rows(overrides) == {"stopCount": (None, 3)}
 
 
-def test_a_second_handle_sees_new_settings(overrides: OverrideTable) -> None:
-    other = OverrideTable(overrides.location)  # as a gate in another process has it
+def test_a_second_handle_sees_new_settings(overrides: RuntimeSettings) -> None:
+    other = RuntimeSettings(overrides.location)  # as a gate in another process has it
     overrides.apply({"producersStopped": "true"}, 1)
-    assert other.settings() == {"producersStopped": "true"}
+    assert other.current() == {"producersStopped": "true"}
     overrides.apply({"producersStopped": "false"}, 2)
-    assert (other.settings(), other.applied()) == ({"producersStopped": "false"}, 2)
+    assert (other.current(), other.applied()) == ({"producersStopped": "false"}, 2)

@@ -14,10 +14,14 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from spark_flow.tables import StateTable, read_rows
+from spark_flow.tables import RecordTable, read_rows
 
 if TYPE_CHECKING:
     import pyarrow as pa
+
+
+#: The table's folder in a queue's state location (the name it has had since the first version).
+RUNTIME_SETTINGS_FOLDER = "overrides"
 
 
 def _schema() -> pa.Schema:
@@ -31,17 +35,17 @@ def _schema() -> pa.Schema:
     ])
 
 
-class OverrideTable:
+class RuntimeSettings:
     """The run-time settings of one queue, at ``location``, by setting name (``stopCount``)."""
 
     def __init__(self, location: str, storage_options: Mapping[str, str] | None = None) -> None:
         self.location = location
-        self._table = StateTable(location, storage_options)
+        self._table = RecordTable(location, storage_options)
         self._version = -1
         self._settings: dict[str, str] = {}
         self._applied = -1
 
-    def settings(self) -> dict[str, str]:
+    def current(self) -> dict[str, str]:
         """The settings in force, read again only when the table has a new version."""
         table = self._table.open()
         if table is not None and table.version() != self._version:
@@ -53,7 +57,7 @@ class OverrideTable:
 
     def applied(self) -> int:
         """The id of the newest command applied to this queue, -1 if none."""
-        self.settings()
+        self.current()
         return self._applied
 
     def apply(self, settings: Mapping[str, str | None], command_id: int) -> None:

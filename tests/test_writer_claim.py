@@ -18,7 +18,7 @@ from processes import failure, progress, spark_submit
 from stores import Store
 
 from spark_flow.exceptions import QueueWriterConflictError
-from spark_flow.writers import WriterClaim, needs_claim
+from spark_flow.writer_claim import WriterClaim, needs_claim
 
 
 def test_which_queues_need_a_claim() -> None:
@@ -34,19 +34,19 @@ def test_which_queues_need_a_claim() -> None:
 def test_a_claim_refuses_a_live_second_application_and_passes_when_it_is_gone(store: Store) -> None:
     location = store.url("state", "writers")
     first = WriterClaim(location, "events", store.url("events"), "app-1", store.options)
-    first.hold()
+    first.renew()
     second = WriterClaim(location, "events", store.url("events"), "app-2", store.options)
     with pytest.raises(QueueWriterConflictError, match=r"'app-1'.*spark\.delta\.logStore\.s3a\.impl") as raised:
-        second.hold()
+        second.renew()
     assert "events" in str(raised.value)
     # app-1's record as a process on this host that has ended: app-2 takes the queue over at once
     dead = subprocess.Popen(["true"])
     dead.wait()
     gone = WriterClaim(location, "events", store.url("events"), "app-1", store.options)
     gone._table.merge(*_as_process(f"{socket.gethostname()}:{dead.pid}"))
-    second.hold()
+    second.renew()
     with pytest.raises(QueueWriterConflictError, match="'app-2'"):
-        WriterClaim(location, "events", store.url("events"), "app-3", store.options).hold()
+        WriterClaim(location, "events", store.url("events"), "app-3", store.options).renew()
 
 
 def _as_process(process: str) -> tuple:
