@@ -60,6 +60,10 @@ class QueueSettings:
     producers_stopped: bool = False
     stall_timeout: float = 0.0
     stalled_consumer_policy: str = "flag"
+    message_ttl: float = 0.0
+    max_deliveries: int = 0
+    dead_letter_queue: str | None = None
+    max_dead_letters_per_batch: int = 10
     values: Mapping[str, Any] = field(default_factory=dict, compare=False)
     origins: Mapping[str, str] = field(default_factory=dict, compare=False)
 
@@ -97,6 +101,9 @@ def queue_settings(queue: str, *layers: Mapping[str, Any]) -> QueueSettings:
     if stop_pct and resume_pct > stop_pct:
         _raise_above(origins, "defaultResumeThreshold", resume_pct, "defaultStopThreshold", stop_pct)
     thresholds = _thresholds(values, origins, _QUEUE_LIMITS, defaults)
+    if values["messageTtl"] and thresholds.stop_age >= values["messageTtl"]:
+        _raise_above(origins, "stopAge", thresholds.stop_age, "messageTtl", values["messageTtl"],
+                     "messages expire before they are that old, so the age would never stop the flow", strict=True)
     if values["policy"].startswith("ring") and not (values["maxCount"] or values["maxSize"]):
         raise ConfigurationError(origins["policy"], values["policy"], "a ring policy with maxCount or maxSize above 0",
                                  "A ring queue discards its oldest messages beyond its max: give it one")
@@ -111,6 +118,10 @@ def queue_settings(queue: str, *layers: Mapping[str, Any]) -> QueueSettings:
         producers_stopped=values["producersStopped"],
         stall_timeout=values["stallTimeout"],
         stalled_consumer_policy=values["stalledConsumerPolicy"],
+        message_ttl=values["messageTtl"],
+        max_deliveries=values["maxDeliveries"],
+        dead_letter_queue=values["deadLetterQueue"],
+        max_dead_letters_per_batch=values["maxDeadLettersPerBatch"],
         values=values,
         origins=origins,
     )
@@ -164,7 +175,8 @@ def _thresholds(values: Mapping[str, Any], origins: Mapping[str, str], limits: L
 
 
 def _raise_above(origins: Mapping[str, str], key: str, value: Any, limit_key: str, limit: Any,
-                 why: str = "a resume threshold above its stop threshold locks flow control on") -> None:
+                 why: str = "a resume threshold above its stop threshold locks flow control on", *,
+                 strict: bool = False) -> None:
     def spelled(name: str) -> str:
         origin = origins.get(name, "default")
         return f"{name} (default)" if origin == "default" else origin
@@ -172,7 +184,8 @@ def _raise_above(origins: Mapping[str, str], key: str, value: Any, limit_key: st
     def shown(amount: Any) -> str:
         return f"{amount:g}s" if isinstance(amount, float) else str(amount)  # ages are seconds
 
-    raise ConfigurationError(spelled(key), shown(value), f"a value <= {spelled(limit_key)}={shown(limit)} ({why})")
+    bound = "<" if strict else "<="
+    raise ConfigurationError(spelled(key), shown(value), f"a value {bound} {spelled(limit_key)}={shown(limit)} ({why})")
 
 
 @dataclass(frozen=True)

@@ -146,7 +146,8 @@ def _flow_fields(row: Mapping[str, Any]) -> dict[str, Any]:
 
 def _status_row(row: Mapping[str, Any]) -> dict[str, Any]:
     return {
-        **{k: row[k] for k in ("queue", "subscription", "producers_stopped", "position", "latest")},
+        **{k: row.get(k) for k in ("queue", "subscription", "producers_stopped", "position", "latest",
+                                   "discarded_count", "expired_count", "dead_lettered_count")},
         **_flow_fields(row),
         "last_transition": _ts(row["last_transition"]),
         "consumer_stalled": row["stalled"],

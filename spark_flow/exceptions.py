@@ -168,3 +168,20 @@ class QueueWriterConflictError(SparkFlowError):
             f"application per queue here (the claim lapses when that application's process ends, or after "
             f"{timeout:.0f}s unseen), or set {log_store_key}=io.delta.storage.S3DynamoDBLogStore (with "
             f"spark.io.delta.storage.S3DynamoDBLogStore.ddb.tableName) in every application writing it")
+
+
+class DeadLetterLimitError(SparkFlowError):
+    """Thrown when more messages of one batch fail alone than ``maxDeadLettersPerBatch``: the
+    consumer is failing, not its messages, and nothing more is moved to the dead-letter queue."""
+
+    def __init__(self, queue: str, subscription: str, moved: int, limit: int, error: str) -> None:
+        self.queue = queue
+        self.subscription = subscription
+        self.moved = moved
+        self.limit = limit
+        super().__init__(
+            f"subscription {subscription!r} of queue {queue!r}: {moved} messages of one batch failed alone, "
+            f"allowed is maxDeadLettersPerBatch={limit}; the batch fails instead (the consumer, not its "
+            f"messages, is failing: fix it, then restart the query, which goes on where it stopped). "
+            f"Last error: {error}"
+        )

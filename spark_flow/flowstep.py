@@ -41,8 +41,8 @@ ROW_SCHEMA = (
     "stop_count BIGINT, resume_count BIGINT, stop_size BIGINT, resume_size BIGINT, stop_age DOUBLE, "
     "resume_age DOUBLE, flow_stopped BOOLEAN, "
     "flow_stopped_count BIGINT, last_transition BIGINT, producers_stopped BOOLEAN, held_since BIGINT, "
-    "stalled BOOLEAN, recorded_stopped BOOLEAN, recorded_count BIGINT, command_id BIGINT, command STRING, "
-    "settings STRING"
+    "stalled BOOLEAN, recorded_stopped BOOLEAN, recorded_count BIGINT, discarded_count BIGINT, "
+    "expired_count BIGINT, dead_lettered_count BIGINT, command_id BIGINT, command STRING, settings STRING"
 )
 STATE_SCHEMA = (
     "flow_stopped BOOLEAN, flow_stopped_count BIGINT, position BIGINT, progress_at BIGINT, stalled BOOLEAN, "
@@ -139,7 +139,7 @@ def step(before: ControllerState | None, obs: Mapping[str, Any]) -> tuple[Contro
     status = {
         **{k: obs.get(k) for k in ("queue", "path", "subscription", "position", "latest", "depth_count",
                                     "depth_size", "oldest_enqueue", "producers_stopped", "recorded_stopped",
-                                    "recorded_count")},
+                                    "recorded_count", "discarded_count", "expired_count", "dead_lettered_count")},
         **{name: getattr(thresholds, name) for name in THRESHOLD_FIELDS}, "kind": "status", "time": now,
         "flow_stopped": flow.flow_stopped, "flow_stopped_count": flow.flow_stopped_count, "last_transition": last_transition,
         "held_since": None if held_since == _NONE else held_since, "stalled": stalled,

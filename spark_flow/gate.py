@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 from spark_flow.config import ProducerSettings, QueueSettings
 from spark_flow.exceptions import HoldInterruptedError, QueueFullError, QueueFullTimeoutError
+from spark_flow.expiry import expire
 from spark_flow.homeflow import HomeStatus, open_home
 from spark_flow.ledger import Depth
 from spark_flow.queue import Queue
@@ -95,6 +96,7 @@ class Gate:
         queue = self.queue
         queue.refresh()
         settings = queue.settings()
+        expire(queue, settings)  # an expired message holds nobody
         home = self.home.observe() if self.home is not None and settings.flow_controlled else None
         while True:
             backlog, now = queue.backlog(refresh=False), int(time.time() * 1000)

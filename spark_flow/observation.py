@@ -28,6 +28,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit
 
 from spark_flow.commands import HOME_COMMANDS, CommandLog
 from spark_flow.exceptions import ConfigurationError
+from spark_flow.expiry import expire
 from spark_flow.home import Registry
 from spark_flow.homeflow import open_home
 from spark_flow.keys import pattern_matches, split_options
@@ -52,7 +53,8 @@ OBSERVATION_SCHEMA = (
     "resume_count BIGINT, stop_size BIGINT, resume_size BIGINT, stop_age DOUBLE, resume_age DOUBLE, "
     "producers_stopped BOOLEAN, "
     "stall_timeout DOUBLE, stalled_policy STRING, recorded_stopped BOOLEAN, recorded_count BIGINT, "
-    "recorded_transition BIGINT, backpressured BOOLEAN, command_id BIGINT, command STRING, settings STRING"
+    "recorded_transition BIGINT, backpressured BOOLEAN, discarded_count BIGINT, expired_count BIGINT, "
+    "dead_lettered_count BIGINT, command_id BIGINT, command STRING, settings STRING"
 )
 #: One observation (or command) as the source yields it, in :data:`OBSERVATION_SCHEMA`'s order.
 ObservationRow = tuple[Any, ...]
@@ -179,6 +181,7 @@ def _look(name: str, path: str, storage: Mapping[str, str]) -> list[tuple[Subscr
         queue = open_queue(path, storage)
         latest = queue.refresh()
         settings = queue.settings()
+        expire(queue, settings)
         looks = []
         for sub, depth in queue.backlog(refresh=False):
             transition = sub.last_transition
@@ -190,6 +193,8 @@ def _look(name: str, path: str, storage: Mapping[str, str]) -> list[tuple[Subscr
                 stalled_policy=settings.stalled_consumer_policy, recorded_stopped=sub.flow_stopped,
                 recorded_count=sub.flow_stopped_count,
                 recorded_transition=int(transition.timestamp() * 1000) if transition else None,
+                discarded_count=sub.discarded_count, expired_count=sub.expired_count,
+                dead_lettered_count=sub.dead_lettered_count,
             )))
         return looks
     except Exception as error:  # a queue dropped or unreadable: its keys time out

@@ -187,7 +187,7 @@ class Queue:
         self.subscriptions.drop(name)
 
     def acknowledge(self, subscription: str, position: Position | int, *, reader: str | None = None,
-                    discarded: int = 0) -> bool:
+                    discarded: int = 0, expired: int = 0) -> bool:
         """Acknowledge every message up to ``position`` (a queue version: all of its messages)
         for ``subscription`` (monotonic); True if the position moved. Every acknowledgement goes
         through here: consumers, ring discards and the controller's eviction of a stalled
@@ -195,12 +195,14 @@ class Queue:
 
         A position the queue has not reached yet raises :class:`PositionOutOfRangeError`: it
         would acknowledge messages that were never delivered. ``reader``: the streaming query
-        acknowledging (see :meth:`SubscriptionTable.claim`); ``discarded``: of the messages
-        acknowledged, how many were skipped without delivery."""
+        acknowledging (see :meth:`SubscriptionTable.claim`); ``discarded``, ``expired``: of the
+        messages acknowledged, how many were skipped without delivery (discarded by a ring or
+        a stalled consumer's eviction; expired)."""
         position = Position.of(position)
         if position.reached > self.version() and position.reached > self.refresh():
             raise PositionOutOfRangeError(self.name, subscription, position.version, self.version())
-        return self.subscriptions.acknowledge(subscription, position, discarded=discarded, reader=reader)
+        return self.subscriptions.acknowledge(subscription, position, discarded=discarded, expired=expired,
+                                              reader=reader)
 
     def transaction_version(self, app_id: str) -> int | None:
         """The last ``txnVersion`` committed by ``app_id`` (as of the last refresh), or None."""

@@ -39,6 +39,7 @@ from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailable
 
 from spark_flow.conf_record import record_queue_conf
 from spark_flow.exceptions import ConfigurationError, ProducerSettingError
+from spark_flow.expiry import expire
 from spark_flow.gate import Gate
 from spark_flow.keys import split_options
 from spark_flow.ledger import Position
@@ -262,11 +263,12 @@ class FlowQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._reader = start.get("reader", self._reader)
         self._claim()
         begin = offset_position(start)
-        position = queue.subscriptions.get(name).acknowledged  # ahead of start when a ring discarded
-        if begin > position:  # every batch up to start is complete
+        if begin > queue.subscriptions.get(name).acknowledged:  # every batch up to start is complete
             queue.acknowledge(name, begin, reader=self._reader)
-        self._acknowledged = max(begin, position)
         latest = queue.refresh()
+        expire(queue, queue.settings())  # what is too old is not delivered
+        position = queue.subscriptions.get(name).acknowledged  # ahead of start when a ring discarded or expired
+        self._acknowledged = max(begin, position)
         if self._target is not None:
             latest = min(latest, self._target)
         after = max(begin, position)

@@ -54,6 +54,9 @@ def status_schema() -> pa.Schema:
         pa.field("position", pa.int64()),
         pa.field("latest", pa.int64()),
         pa.field("updated_at", ts),
+        pa.field("discarded_count", pa.int64()),
+        pa.field("expired_count", pa.int64()),
+        pa.field("dead_lettered_count", pa.int64()),
     ])
 
 

@@ -49,13 +49,17 @@ class Subscription:
     reader_process: str | None = None
     index: int = 0
     last_transition_detail: str | None = None  # what the last transition saw (JSON, spark_flow.history)
+    expired_count: int = 0
+    dead_lettered_count: int = 0
+    delivery: str | None = None  # a failed batch's redelivery in progress (JSON, spark_flow.dead_letters)
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Subscription:
-        """A row as the table keeps it: ``downstream`` comma-separated, and no ``index`` in a row
-        from before positions had one."""
+        """A row as the table keeps it: ``downstream`` comma-separated, and no value in the
+        columns a row from an older spark-flow lacks (``index``, the counts)."""
         downstream = tuple(p for p in (row.get("downstream") or "").split(",") if p)
-        return cls(**{**row, "downstream": downstream, "index": row.get("index") or 0})
+        counts = {name: row.get(name) or 0 for name in ("index", "expired_count", "dead_lettered_count")}
+        return cls(**{**row, "downstream": downstream, **counts})
 
     @property
     def acknowledged(self) -> Position:
@@ -88,12 +92,16 @@ def _schema() -> pa.Schema:
             pa.field("reader_process", pa.string()),
             pa.field("index", pa.int64()),
             pa.field("last_transition_detail", pa.string()),
+            pa.field("expired_count", pa.int64()),
+            pa.field("dead_lettered_count", pa.int64()),
+            pa.field("delivery", pa.string()),
         ]
     )
 
 
 #: Columns added after the table's first version, with their deltalake types.
-_LATER_COLUMNS = {"index": "long", "last_transition_detail": "string"}
+_LATER_COLUMNS = {"index": "long", "last_transition_detail": "string", "expired_count": "long",
+                  "dead_lettered_count": "long", "delivery": "string"}
 
 #: This process, as claims record it: ``host:pid``.
 PROCESS = f"{socket.gethostname()}:{os.getpid()}"
@@ -159,10 +167,12 @@ class SubscriptionTable:
         already existed."""
         now = datetime.now(UTC)
         row = {"name": name, "position": position, "index": 0, "flow_stopped": False, "flow_stopped_count": 0,
-               "last_transition": None, "discarded_count": 0, "created_at": now, "updated_at": now}
+               "last_transition": None, "discarded_count": 0, "expired_count": 0, "dead_lettered_count": 0,
+               "created_at": now, "updated_at": now}
         inserted = self._merge(row, lambda m: m.when_not_matched_insert(
             {key: f"s.{key}" for key in row}
-            | {"downstream": "NULL", "reader": "NULL", "reader_seen": "NULL", "reader_process": "NULL"}))
+            | {"downstream": "NULL", "reader": "NULL", "reader_seen": "NULL", "reader_process": "NULL",
+               "delivery": "NULL"}))
         return bool(inserted["num_target_rows_inserted"] > 0)
 
     def drop(self, name: str) -> None:
@@ -170,11 +180,13 @@ class SubscriptionTable:
         self.get(name)
         self._table.delete(f"name = {sql_string(name)}")
 
-    def acknowledge(self, name: str, position: Position | int, discarded: int = 0, reader: str | None = None) -> bool:
+    def acknowledge(self, name: str, position: Position | int, discarded: int = 0, expired: int = 0,
+                    reader: str | None = None) -> bool:
         """Move ``name`` forward to ``position`` (a queue version: all of its messages), never
         backward; True if it moved.
 
-        ``discarded`` counts messages skipped without delivery (ring queues). A ``reader`` (a
+        ``discarded`` counts messages skipped without delivery (ring queues, a stalled consumer
+        skipped), ``expired`` those skipped as older than the queue's ``messageTtl``. A ``reader`` (a
         streaming query, see :meth:`claim`) acknowledges only while it holds the subscription:
         a reader another took over raises instead of moving a position it no longer owns.
         A position already reached writes nothing (a source acknowledges each batch twice:
@@ -184,9 +196,10 @@ class SubscriptionTable:
         if self.get(name).acknowledged >= position:
             return self._not_moved(name, reader)
         row = {"name": name, "position": position.version, "index": position.index, "discarded": discarded,
-               "now": datetime.now(UTC)}
+               "expired": expired, "now": datetime.now(UTC)}
         update = {"position": "s.position", "index": "s.index", "updated_at": "s.now",
-                  "discarded_count": "t.discarded_count + s.discarded"}
+                  "discarded_count": "t.discarded_count + s.discarded",
+                  "expired_count": "coalesce(t.expired_count, 0) + s.expired"}
         predicate = "(s.position > t.position OR (s.position = t.position AND s.index > coalesce(t.index, 0)))"
         if reader is not None:
             row["reader"] = reader
@@ -235,6 +248,17 @@ class SubscriptionTable:
                 predicate="coalesce(t.reader, '') = s.was"))
             if metrics["num_target_rows_updated"]:
                 return
+
+    def record_delivery(self, name: str, was: str | None, delivery: str | None, dead_lettered: int = 0) -> bool:
+        """Record the progress of a failed batch's redelivery (``delivery``, JSON; None when it is
+        over) if the row still shows ``was`` (compare and set), adding ``dead_lettered`` to the
+        messages moved to the dead-letter queue in the same write, so a replayed step counts
+        nothing twice. False if the row shows another progress (the caller reads again)."""
+        row = {"name": name, "delivery": delivery, "was": was or "", "moved": dead_lettered}
+        metrics = self._merge(row, lambda m: m.when_matched_update(
+            {"delivery": "s.delivery", "dead_lettered_count": "coalesce(t.dead_lettered_count, 0) + s.moved"},
+            predicate="coalesce(t.delivery, '') = s.was"))
+        return bool(metrics["num_target_rows_updated"])
 
     def transition(self, before: Subscription, flow_stopped: bool, flow_stopped_count: int,
                    detail: str) -> Subscription | None:
