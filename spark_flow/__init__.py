@@ -7,9 +7,11 @@ threshold and go on when it falls under the resume threshold, as message brokers
 from spark_flow.admin import FlowAdmin
 from spark_flow.config import ProducerSettings, QueueSettings
 from spark_flow.controller import start_controller, stop_between_batches
+from spark_flow.dead_letters import DeadLetters
 from spark_flow.declare import declare, purge_acknowledged
 from spark_flow.exceptions import (
     ConfigurationError,
+    DeadLetterLimitError,
     FlowControlError,
     HistoryNotFoundError,
     HoldInterruptedError,
@@ -38,6 +40,8 @@ from spark_flow.subscriptions import Subscription
 
 __all__ = [
     "ConfigurationError",
+    "DeadLetterLimitError",
+    "DeadLetters",
     "Depth",
     "FlowAdmin",
     "FlowControlError",

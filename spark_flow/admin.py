@@ -11,11 +11,12 @@ from typing import TYPE_CHECKING, Any
 
 from spark_flow.commands import ALL_QUEUES, CommandLog, command_settings, with_settings
 from spark_flow.config import home_thresholds, queue_settings
+from spark_flow.dead_letter_queue import dead_letter_queue, replay
 from spark_flow.exceptions import ConfigurationError, HistoryNotFoundError, QueueNotFoundError
 from spark_flow.home import Registry
 from spark_flow.homeflow import HOME_QUEUE, HOME_ROW, open_home
 from spark_flow.keys import QUEUE_KEYS, home_setting, pattern_matches, queue_setting
-from spark_flow.names import normalize_path
+from spark_flow.names import normalize_path, queue_ref
 from spark_flow.queue import Queue, open_queue
 from spark_flow.status import control_table, status_schema
 from spark_flow.subscriptions import DEFAULT_SUBSCRIPTION, Subscription
@@ -87,6 +88,20 @@ class FlowAdmin:
     def subscriptions(self, queue: str) -> list[Subscription]:
         """The subscriptions of ``queue``: positions and flow state."""
         return self.queue(queue).subscriptions.list()
+
+    def dead_letters(self, queue: str) -> Queue:
+        """The dead-letter queue of ``queue`` (its ``deadLetterQueue``, else ``<queue path>_dlq``):
+        its messages, with where each came from and why, are read like any queue's."""
+        origin = self.queue(queue)
+        location = dead_letter_queue(origin, origin.settings())
+        if queue_ref(location).table is not None:  # a catalog name: the home registered it
+            return self.queue(location)
+        return open_queue(location, self.storage_options)
+
+    def replay_dead_letters(self, queue: str) -> int:
+        """Append the messages of ``queue``'s dead-letter queue not replayed yet back into
+        ``queue`` (once: replaying again replays nothing twice); returns how many."""
+        return replay(self.dead_letters(queue), self.queue(queue))
 
     def stop_producers(self, target: str = ALL_QUEUES) -> int:
         """Hold every producer of the queues ``target`` names, whatever their depth; returns the

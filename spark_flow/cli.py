@@ -33,7 +33,8 @@ STATUS_COLUMNS = (
     ("stop_age", "stopAge(s)"), ("resume_age", "resumeAge(s)"),
     ("flow_stopped", "flowStopped"), ("flow_stopped_count", "flowStoppedCount"),
     ("producers_held", "held"), ("held_since", "heldSince"), ("consumer_stalled", "stalled"),
-    ("oldest_message_age_seconds", "oldestAge(s)"), ("last_transition", "lastTransition"),
+    ("oldest_message_age_seconds", "oldestAge(s)"), ("discarded_count", "discarded"), ("expired_count", "expired"),
+    ("dead_lettered_count", "deadLettered"), ("last_transition", "lastTransition"),
 )
 
 
@@ -49,6 +50,7 @@ def _parser() -> argparse.ArgumentParser:
                "  spark-flow set-home homeStopCount=100000   # every producer held while the home's queues hold more\n"
                "  spark-flow stop-producers 'events.>'      # a pattern; no target: every queue\n"
                "  spark-flow plot events --out events.png\n"
+               "  spark-flow replay-dead-letters events   # its poison messages back, once the consumer is fixed\n"
                "  spark-flow --home s3a://bucket/flow --properties-file conf/object-storage.conf status")
     parser.add_argument("--home", default=os.environ.get(HOME_ENV),
                         help=f"the control plane's location ({HOME_CONF}); default ${HOME_ENV}")
@@ -91,6 +93,10 @@ def _parser() -> argparse.ArgumentParser:
     subscriptions.add_argument("queue")
 
     commands.add_parser("commands", help="the operator commands issued so far, in the order applied")
+
+    replay = commands.add_parser("replay-dead-letters",
+                                 help="append a queue's dead letters not replayed yet back into the queue, once")
+    replay.add_argument("queue")
 
     plot = commands.add_parser("plot", help="PNG of depth against the thresholds over time, stopped intervals shaded")
     plot.add_argument("queue")
@@ -179,8 +185,11 @@ def _run(admin: FlowAdmin, args: argparse.Namespace, conf: dict[str, str]) -> No
         print(f"command {call(args.target)}: {args.command} {args.target!r}, applied by the controller")
     elif args.command == "subscriptions":
         rows = [sub.__dict__ for sub in admin.subscriptions(args.queue)]
-        _print_table(rows, [(k, k) for k in ("name", "position", "index", "flow_stopped",
-                                              "flow_stopped_count", "last_transition", "discarded_count", "updated_at")])
+        _print_table(rows, [(k, k) for k in ("name", "position", "index", "flow_stopped", "flow_stopped_count",
+                                              "last_transition", "discarded_count", "expired_count",
+                                              "dead_lettered_count", "updated_at")])
+    elif args.command == "replay-dead-letters":
+        print(f"queue {args.queue!r}: {admin.replay_dead_letters(args.queue)} dead letters replayed")
     elif args.command == "commands":
         rows = [{**c.__dict__, "settings": " ".join(f"{k}={v}" for k, v in c.settings.items())}
                 for c in admin.commands.read()]

@@ -11,12 +11,15 @@ dead-letter queue (:mod:`spark_flow.dead_letter_queue`) with the error, its deli
 origin, counted in the subscription's ``dead_lettered_count``, and the batch goes on: a batch
 of 10,000 messages with one poison message moves that one, in about 2 x log2(10,000) calls.
 
-Exactly once: every call of the consumer's function gets a batch id of its own, increasing
-(``batch id x 2**32 + call``), for Delta's idempotent writes (``txnVersion``). The redelivery's
-progress (the messages done, the part in flight and its call) is recorded in the subscription's
-row before each call, so a process killed in the middle goes on after its restart where it
-stopped: the part in flight is delivered again with the same id (its writes, if they committed,
-are skipped), the parts done are not delivered again. What is not covered: a function whose
+Exactly once: every call of the consumer's function gets a batch id of its own, increasing, for
+Delta's idempotent writes (``txnVersion``) and a :class:`~spark_flow.sink.QueueSink` inside it:
+Spark's batch id, moved on by the calls earlier redeliveries made (so Spark's own until a batch
+first fails; the count is kept in the subscription's row). The redelivery's progress (the
+messages done, the part in flight and its call) is recorded in the subscription's row before
+each call, so a process killed in the middle goes on after its restart where it stopped: the
+part in flight is delivered again with the same id (its writes, if they committed, are
+skipped), the parts done are not delivered again. Errors of spark-flow's own (a full queue, a
+queue deleted) are not a message's fault: they fail the batch as they would without this. What is not covered: a function whose
 writes commit before it raises (fail before writing, or write in one commit, as Spark's own
 retries of a batch need too); failures outside the function (the source, Spark itself).
 
@@ -60,12 +63,15 @@ _MESSAGE_COLUMNS = ("_position", "_enqueue_time")
 
 @dataclass(frozen=True)
 class Delivery:
-    """A failed batch's redelivery, as the subscription's row records it: the messages ``done``
-    (processed or moved, in the batch's order), the part in flight (``lo``, ``hi``) and its
-    ``call``, the failed deliveries alone of the message at ``done`` (``attempts``), and the
-    messages of the batch ``moved`` to the dead-letter queue."""
+    """Deliveries of a subscription's batches, as its row records them: ``extra``, the calls
+    earlier redeliveries made beyond one per batch (batch ids move on by them); and the batch
+    being delivered again (``batch``, -1 when none): the messages ``done`` (processed or moved,
+    in the batch's order), the part in flight (``lo``, ``hi``) and its ``call``, the failed
+    deliveries alone of the message at ``done`` (``attempts``), the messages ``moved`` to the
+    dead-letter queue."""
 
-    batch: int
+    extra: int = 0
+    batch: int = -1
     done: int = 0
     lo: int = 0
     hi: int = 0
@@ -73,12 +79,20 @@ class Delivery:
     attempts: int = 0
     moved: int = 0
 
+    def batch_id(self, batch: int) -> int:
+        """The batch id of a call of the consumer's function: increasing, unique per call."""
+        return batch + self.extra + (self.call if batch == self.batch else 0)
+
+    def finished(self) -> Delivery:
+        """The delivery once its batch is over: its calls beyond the first move later ids on."""
+        return Delivery(self.extra + self.call) if self.batch >= 0 else self
+
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
 
     @classmethod
-    def parse(cls, text: str | None) -> Delivery | None:
-        return cls(**json.loads(text)) if text else None
+    def parse(cls, text: str | None) -> Delivery:
+        return cls(**json.loads(text)) if text else cls()
 
 
 class DeadLetters:
@@ -103,25 +117,40 @@ class DeadLetters:
         self.queue = queue
         self.subscription = subscription
         self.query_name = query_name
+        self._dead_letter_queues: dict[str, Queue] = {}  # declared, by location
+
+    def dead_letter_queue(self, spark: SparkSession, queue: Queue, settings: QueueSettings) -> Queue:
+        """The queue's dead-letter queue, declared at its first dead letter (registered in the
+        session's home, if any), with no flow control: dead letters never hold a consumer."""
+        location = dead_letter_queue(queue, settings)
+        if location not in self._dead_letter_queues:
+            self._dead_letter_queues[location] = declare(spark, location, dead_letter_schema(queue.spark_schema()),
+                                                         settings={"producerFlowControl": "false"})
+        return self._dead_letter_queues[location]
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         spark = batch.sparkSession
         queue = open_queue(queue_location(spark, self.queue), session_storage_options(spark))
         queue.refresh()
         settings = queue.settings()
-        recorded = Delivery.parse(queue.subscriptions.get(self.subscription).delivery)
+        text = queue.subscriptions.get(self.subscription).delivery
+        recorded = Delivery.parse(text)
         active = still_active(streaming_query(spark, self.query_name, required=False))
-        if recorded is not None and recorded.batch == batch_id:  # a restart in the middle of it
-            _Redelivery(self, spark, queue, settings, batch, recorded, active).resume()
+        if recorded.batch == batch_id:  # a restart in the middle of it
+            _Redelivery(self, spark, queue, settings, batch, text, active).resume(recorded)
             return
-        if recorded is not None:  # an earlier batch's, which completed after its last record
-            queue.subscriptions.record_delivery(self.subscription, recorded.to_json(), None)
+        if recorded.batch >= 0:  # an earlier batch's, which completed after its last record
+            text = _record(queue, self.subscription, text, recorded.finished())
+            recorded = recorded.finished()
         try:
-            self.process(batch, batch_id * TXN_SPAN)
+            self.process(batch, recorded.batch_id(batch_id))
+        except SparkFlowError:
+            raise  # flow control's (a full queue, a queue gone): the batch's, not a message's
         except Exception as error:
             if not settings.max_deliveries or not active():
                 raise
-            _Redelivery(self, spark, queue, settings, batch, None, active).after_whole(Delivery(batch_id), error)
+            redelivery = _Redelivery(self, spark, queue, settings, batch, text, active)
+            redelivery.after_whole(replace(recorded, batch=batch_id), error)
 
 
 class _Redelivery:
@@ -129,21 +158,18 @@ class _Redelivery:
     leftmost last), the delivery as it is and as the subscription's row last recorded it."""
 
     def __init__(self, owner: DeadLetters, spark: SparkSession, queue: Queue, settings: QueueSettings,
-                 batch: DataFrame, recorded: Delivery | None, active: Callable[[], bool]) -> None:
+                 batch: DataFrame, recorded: str | None, active: Callable[[], bool]) -> None:
         self.owner, self.spark, self.queue, self.settings, self.active = owner, spark, queue, settings, active
         self.numbered = _numbered(batch).persist()
-        self.recorded = recorded
+        self.recorded = recorded  # the subscription row's delivery, as last read or written
         self.parts: list[tuple[int, int]] = []
 
     def after_whole(self, delivery: Delivery, error: Exception) -> None:
         """The whole batch (call 0) failed: deliver it again in parts."""
         self._run(lambda count: self._failed(delivery, 0, count, error))
 
-    def resume(self) -> None:
+    def resume(self, recorded: Delivery) -> None:
         """Go on where the recorded delivery stopped: the part in flight first, with its call."""
-        recorded = self.recorded
-        assert recorded is not None
-
         def start(count: int) -> Delivery:
             if recorded.hi <= recorded.lo:
                 self.parts.append((recorded.done, count))
@@ -160,14 +186,16 @@ class _Redelivery:
                 lo, hi = self.parts.pop()
                 if hi > lo:
                     delivery = self._call(self._record(replace(delivery, lo=lo, hi=hi, call=delivery.call + 1)), lo, hi)
-            self._record(None)
+            self._record(delivery.finished())
         finally:
             unpersist(self.numbered)
 
     def _call(self, delivery: Delivery, lo: int, hi: int) -> Delivery:
         """Deliver messages ``lo..hi`` (recorded as in flight) to the consumer's function."""
         try:
-            self.owner.process(_part(self.numbered, lo, hi), delivery.batch * TXN_SPAN + delivery.call)
+            self.owner.process(_part(self.numbered, lo, hi), delivery.batch_id(delivery.batch))
+        except SparkFlowError:
+            raise
         except Exception as error:
             if not self.active():
                 raise
@@ -199,27 +227,28 @@ class _Redelivery:
         version, in_commit = message.select("_position", _IN_COMMIT).first() or (0, 0)
         start = queue.subscriptions.get(subscription).acknowledged  # where this batch began
         index = in_commit + (start.index if version == start.version + 1 else 0)
-        origin = queue.spark_schema()
-        dead_letters = declare(self.spark, dead_letter_queue(queue, settings), dead_letter_schema(origin),
-                               settings={"producerFlowControl": "false"})
-        size = message.select(message_size(origin)).first()
+        dead_letters = self.owner.dead_letter_queue(self.spark, queue, settings)
+        size = message.select(message_size(queue.spark_schema())).first()
         append_once(dead_letters, dead_letter_rows(message.drop(_IN_COMMIT), queue, subscription, index,
                                                    delivery.attempts + 1, error),
                     size[0] if size else 0, dead_letter_app_id(queue, subscription), version * TXN_SPAN + index)
         moved = replace(delivery, done=at + 1, lo=0, hi=0, attempts=0, moved=delivery.moved + 1)
         return self._record(moved, dead_lettered=1)
 
-    def _record(self, delivery: Delivery | None, dead_lettered: int = 0) -> Delivery:
-        """Record ``delivery`` (None: the batch is over) in the subscription's row, where it shows
-        what was recorded last. One query reads a subscription, so a lost compare-and-set means
-        another query took it over."""
-        was = self.recorded
-        if not self.queue.subscriptions.record_delivery(self.owner.subscription, was.to_json() if was else None,
-                                                        delivery.to_json() if delivery else None, dead_lettered):
-            raise SparkFlowError(f"subscription {self.owner.subscription!r} of queue {self.queue.name!r}: its "
-                                 "redelivery was recorded by another query meanwhile; one query reads a subscription")
-        self.recorded = delivery
-        return delivery or Delivery(-1)
+    def _record(self, delivery: Delivery, dead_lettered: int = 0) -> Delivery:
+        self.recorded = _record(self.queue, self.owner.subscription, self.recorded, delivery, dead_lettered)
+        return delivery
+
+
+def _record(queue: Queue, subscription: str, was: str | None, delivery: Delivery, dead_lettered: int = 0) -> str:
+    """Record ``delivery`` in the subscription's row, where it shows ``was`` (as read or last
+    written); returns what it now shows. One query reads a subscription, so a lost
+    compare-and-set means another query took it over."""
+    text = delivery.to_json()
+    if not queue.subscriptions.record_delivery(subscription, was, text, dead_lettered):
+        raise SparkFlowError(f"subscription {subscription!r} of queue {queue.name!r}: its redelivery was "
+                             "recorded by another query meanwhile; one query reads a subscription")
+    return text
 
 
 def _numbered(batch: DataFrame) -> DataFrame:

@@ -58,6 +58,8 @@ class FlowProgress:
     held_seconds: float
     count: int = 0
     position: int = -1  # a consumer's: the queue version of the newest message it has read
+    expired_count: int = 0  # a consumer's subscription's: messages expired (messageTtl) before it read them
+    dead_lettered_count: int = 0  # a consumer's subscription's: messages moved to the dead-letter queue
 
 
 class FlowProgressListener(StreamingQueryListener):
@@ -203,7 +205,7 @@ class FlowProgressListener(StreamingQueryListener):
                 found.append(FlowProgress(str(progress.id), progress.name, "consumer", queue.name, sub.name,
                                           progress.batchId, depth.count, depth.size, sub.flow_stopped,
                                           sub.flow_stopped_count, 0.0, int(source.numInputRows),
-                                          end.reached))
+                                          end.reached, sub.expired_count, sub.dead_lettered_count))
         return found
 
 

@@ -185,6 +185,8 @@ CONF_VALUES = [
     ("stopAge", "-5s", DURATION), ("resumeAge", "a while", DURATION),
     ("homeStopCount", "-1", WHOLE), ("homeResumeCount", "many", WHOLE), ("homeStopSize", "big", SIZE),
     ("homeResumeSize", "-1k", SIZE),
+    ("messageTtl", "soon", DURATION), ("maxDeliveries", "-1", WHOLE),
+    ("deadLetterQueue", " ", "a queue: a path or a catalog table name"), ("maxDeadLettersPerBatch", "0", "a whole number >= 1"),
 ]
 
 CASES = [
@@ -219,6 +221,10 @@ CASES = [
     case("conf default resume above default stop", sink_events(), ConfigurationError,
          bad("spark.flow.defaultResumeThreshold", "70", "a value <= spark.flow.defaultStopThreshold=60" + ABOVE),
          conf={"spark.flow.defaultStopThreshold": "60", "spark.flow.defaultResumeThreshold": "70"}),
+    case("conf stopAge at the messageTtl: never reached", sink_events(), ConfigurationError,
+         bad("spark.flow.stopAge", "60s", "a value < spark.flow.messageTtl=60s (messages expire before they are "
+             "that old, so the age would never stop the flow)"),
+         conf={"spark.flow.stopAge": "1min", "spark.flow.messageTtl": "60s"}),
     case("option stopCount: a queue setting", sink_events({"stopCount": 5, "resumeCount": 7}), QueueSettingError,
          bad("stopCount", 5, "a producer setting here") + ".*stopCount is a queue setting"),
     case("table property resume above the kept stop", sink_orders, ConfigurationError,

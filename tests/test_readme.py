@@ -142,8 +142,10 @@ def test_readme_walkthrough_as_written(tmp_path: Path) -> None:
     assert_transitions_follow_thresholds(queue.history.read())
 
 
-def python_blocks() -> list[str]:
-    return re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
+def python_blocks(*sections: str) -> list[str]:
+    """The ```python blocks of these README sections, in order."""
+    parts = [README.read_text().split(f"\n## {section}", 1)[1].split("\n## ", 1)[0] for section in sections]
+    return [block for part in parts for block in re.findall(r"```python\n(.*?)```", part, re.S)]
 
 
 def test_readme_python_examples_as_written(spark: SparkSession, tmp_path: Path) -> None:
@@ -151,7 +153,8 @@ def test_readme_python_examples_as_written(spark: SparkSession, tmp_path: Path) 
     temporary folder: the queue fills, the controller registers it and writes its status, the
     run-time commands are accepted, the plot is drawn."""
     blocks = [block.replace("/data/", f"{tmp_path}/data/").replace("/chk/", f"{tmp_path}/chk/")
-              .replace("/tmp/events.png", f"{tmp_path}/events.png") for block in python_blocks()]
+              .replace("/tmp/events.png", f"{tmp_path}/events.png")
+              for block in python_blocks("How it works", "The flow controller, status and operator commands")]
     assert len(blocks) == 2
     namespace: dict[str, object] = {}
     try:
