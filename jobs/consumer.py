@@ -52,7 +52,7 @@ from _common import (
     start_session,
 )
 
-from spark_flow import FlowProgress, Queue, open_queue, read_queue
+from spark_flow import DeadLetters, FlowProgress, Queue, open_queue, read_queue
 from spark_flow.declare import queue_location
 from spark_flow.keys import check_conf
 from spark_flow.storage import session_storage_options
@@ -100,7 +100,8 @@ def progress_line(queue: Queue) -> Callable[[FlowProgress], str]:
         lag = time.time() - newest[0].timestamp / 1000 if newest else 0.0
         return (f"consumer={flow.subscription} queue={flow.queue} batch={flow.batch_id} consumed={flow.count} "
                 f"depth={flow.depth_count} depthBytes={flow.depth_size} flowStopped={fmt_bool(flow.flow_stopped)} "
-                f"flowStoppedCount={flow.flow_stopped_count} lag={max(lag, 0.0):.1f}s")
+                f"flowStoppedCount={flow.flow_stopped_count} expired={flow.expired_count} "
+                f"deadLettered={flow.dead_lettered_count} lag={max(lag, 0.0):.1f}s")
     return line
 
 
@@ -124,7 +125,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     lines = ProgressLines(name, "consumer", progress_line(queue), storage_options=queue.storage_options)
     spark.streams.addListener(lines)
     consumer = SlowConsumer(args.output, seconds_per_row, query_name=name)
-    query = (messages.writeStream.foreachBatch(consumer).queryName(name)
+    # With the queue's maxDeliveries, a message the consumer fails on alone goes to the dead-letter queue.
+    process = DeadLetters(consumer, queue.path, args.subscription, query_name=name)
+    query = (messages.writeStream.foreachBatch(process).queryName(name)
              .option("checkpointLocation", checkpoint).trigger(processingTime=args.trigger).start())
     depth = queue.depth(args.subscription)
     emit(f"consumer={args.subscription} started: queue {queue.name} ({queue.path}), depth {depth.count} messages / "
