@@ -31,6 +31,7 @@ More dead letters in one batch than ``maxDeadLettersPerBatch`` fail the batch in
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
@@ -59,6 +60,9 @@ if TYPE_CHECKING:
 _ROW = "__spark_flow_row"
 _IN_COMMIT = "__spark_flow_index"
 _MESSAGE_COLUMNS = ("_position", "_enqueue_time")
+#: A line naming an exception: ``Caused by: org.apache.spark.SparkNumberFormatException: ...``,
+#: ``ValueError: ...``, ``: org.apache.spark.SparkException: ...``.
+_CAUSE = re.compile(r"^(?:Caused by: |: )?([\w.$]*(?:Error|Exception)):(?: (.*))?$")
 
 
 @dataclass(frozen=True)
@@ -271,9 +275,13 @@ def _part(numbered: DataFrame, lo: int, hi: int, *, keep_index: bool = False) ->
 
 
 def _one_line(error: BaseException) -> str:
-    """An error as a dead letter records it: the Python exception's own line when Spark wraps
-    it (a failure inside a task), else the error's first line."""
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    raised = [line for line in lines if line.split(":", 1)[0].endswith(("Error", "Exception"))]
-    text = raised[-1] if raised else (lines[0] if lines else "")
-    return f"{type(error).__name__}: {text}"[:2000]
+    """An error as a dead letter records it: its root cause, the last exception named in its
+    text (a JVM error's ``Caused by:``, a Python traceback's last line inside a task failure),
+    as ``Class: message``; else its first line."""
+    causes = [match for line in str(error).splitlines()
+              if (match := _CAUSE.match(line.strip()))]
+    if not causes:
+        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+        return f"{type(error).__name__}: {lines[0] if lines else ''}"[:2000]
+    kind, message = causes[-1].group(1).rsplit(".", 1)[-1], causes[-1].group(2) or ""
+    return f"{kind}: {message}".strip()[:2000]
