@@ -81,12 +81,12 @@ class HistoryTable:
             **json.loads(sub.last_transition_detail or "{}"),
         }
         rows = pa.Table.from_pylist([row], schema=_schema())
-        if not self._table.create(rows):
-            since = rows.append_column("since", pa.array([sub.created_at or _EPOCH], pa.timestamp("us", tz="UTC")))
-            self._table.merge(since, "t.subscription = s.subscription AND t.flow_stopped = s.flow_stopped "
-                                     "AND t.flow_stopped_count = s.flow_stopped_count AND t.time >= s.since",
-                              lambda m: m.when_not_matched_insert({name: f"s.{name}" for name in _schema().names}),
-                              merge_schema=True)
+        self._table.create(_schema())
+        since = rows.append_column("since", pa.array([sub.created_at or _EPOCH], pa.timestamp("us", tz="UTC")))
+        self._table.merge(since, "t.subscription = s.subscription AND t.flow_stopped = s.flow_stopped "
+                                 "AND t.flow_stopped_count = s.flow_stopped_count AND t.time >= s.since",
+                          lambda m: m.when_not_matched_insert({name: f"s.{name}" for name in _schema().names}),
+                          merge_schema=True)
         self._recorded.add((sub.name, sub.flow_stopped, sub.flow_stopped_count))
 
     def ensure(self, sub: Subscription, depth: Depth, thresholds: Thresholds) -> None:

@@ -87,7 +87,8 @@ def write_status(home: str, rows: Sequence[Mapping[str, Any]], gone: Sequence[tu
 
     table = control_table(home, "status", storage_options)
     data = pa.Table.from_pylist(list(rows), schema=status_schema())
-    if not table.create(data) and rows:
+    table.create(status_schema())
+    if rows:
         table.merge(data, "t.queue = s.queue AND t.subscription = s.subscription",
                     lambda m: m.when_matched_update_all().when_not_matched_insert_all(), merge_schema=True)
     for queue, subscription in gone:

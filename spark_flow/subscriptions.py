@@ -141,7 +141,7 @@ class SubscriptionTable:
 
     def create_table(self) -> bool:
         """Create the table if it is not there yet; True if this call created it."""
-        return self._table.create(_schema().empty_table())
+        return self._table.create(_schema())
 
     def list(self) -> list[Subscription]:
         """Every subscription, by name; the table is read again only when it has a new version

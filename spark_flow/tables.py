@@ -141,15 +141,18 @@ class RecordTable:
         table = self.open()
         return [] if table is None else read_rows(table, columns)
 
-    def create(self, rows: pa.Table) -> bool:
-        """Create the table holding ``rows``; False if it exists (another process may have
-        created it a moment ago)."""
+    def create(self, schema: pa.Schema) -> bool:
+        """Create the table, empty, with ``schema``; False if it exists (another process may have
+        created it a moment ago). Empty, because two creators racing may both succeed: delta-rs
+        retries the losing creation as an append, so rows written with it would be there twice
+        (two empty commits are one empty table); rows go in by :meth:`merge`."""
         from deltalake import write_deltalake
 
         if self.open() is not None:
             return False
         try:
-            write_deltalake(self.location, rows, mode="error", storage_options=self.storage_options or None)
+            write_deltalake(self.location, schema.empty_table(), mode="error",
+                            storage_options=self.storage_options or None)
             return True
         except Exception:
             if self.open() is None:  # not the race: a real failure
@@ -182,6 +185,6 @@ class RecordTable:
         retry_commit(attempt)
 
     def upsert(self, rows: pa.Table, predicate: str, clauses: Callable[[TableMerger], TableMerger]) -> None:
-        """Create the table with ``rows``, or MERGE them into the existing one."""
-        if not self.create(rows):
-            self.merge(rows, predicate, clauses)
+        """MERGE ``rows`` into the table, created first if it is not there yet."""
+        self.create(rows.schema)
+        self.merge(rows, predicate, clauses)

@@ -81,7 +81,7 @@ class WriterClaim:
             return
         import pyarrow as pa
 
-        self._table.create(_schema().empty_table())
+        self._table.create(_schema())
         while True:
             rows = [r for r in self._table.rows() if r["queue"] == self.queue]
             held = rows[0] if rows else None

@@ -4,6 +4,7 @@ written with deltalake (no Spark)."""
 from __future__ import annotations
 
 import shutil
+import threading
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -86,15 +87,18 @@ def test_tables_an_older_version_created_take_the_age_columns(tmp_path: Path) ->
     add the columns, and the old rows read them as null."""
     from deltalake import DeltaTable, write_deltalake
 
+    from spark_flow.handles import forget
     from spark_flow.home import control_path
     from spark_flow.status import append_history, write_status
 
     def write_twice(location: str, write: Callable[[], object]) -> list[dict]:
-        """``write`` once into a table as an older version made it (no age columns), then again."""
+        """``write`` once into a table as an older version made it (no age columns), then again,
+        as a process started after the upgrade does (no handle of the table it replaced)."""
         write()
         made = DeltaTable(location).to_pyarrow_table()
         shutil.rmtree(location)
         write_deltalake(location, made.drop_columns([c for c in made.column_names if "age" in c]))
+        forget("control table", location)
         write()
         return DeltaTable(location).to_pyarrow_table().to_pylist()
 
@@ -114,3 +118,25 @@ def test_tables_an_older_version_created_take_the_age_columns(tmp_path: Path) ->
                           lambda: append_history(home, [{k: v for k, v in row.items() if k != "updated_at"}],
                                                  "controller", next(versions)))
     assert sorted((r["stop_age"] or 0, r["oldest_message_age_seconds"] or 0) for r in history) == [(0, 0), (3.0, 4.5)]
+
+
+def test_the_first_transition_recorded_by_two_processes_at_once_is_one_row(tmp_path: Path) -> None:
+    """The gate and the controller of one process (or two processes) record a home's first
+    transition at the same moment, each creating the history table: delta-rs retries the losing
+    creation as an append, so a table created with the row would hold it twice."""
+    stopped = made(state(True, 1, "home"), Depth(9))
+    for attempt in range(8):
+        location = str(tmp_path / f"history-{attempt}")
+        barrier = threading.Barrier(2)
+
+        def record(location: str = location, barrier: threading.Barrier = barrier) -> None:
+            table = HistoryTable(location, ">")
+            barrier.wait()
+            table.record(stopped)
+
+        threads = [threading.Thread(target=record) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert transitions(HistoryTable(location, ">")) == [("home", True, 1, 9)], f"attempt {attempt}"
