@@ -158,6 +158,15 @@ def raw_source(**options: str) -> Callable[[World], None]:
     return act
 
 
+def source_with_schema(schema: str) -> Callable[[World], None]:
+    """``format("flowqueue").schema(...)``: Spark 4.2 tells a Python data source of a user's
+    schema only when the query starts."""
+    def act(w: World) -> None:
+        w.spark.dataSource.register(FlowQueueDataSource)
+        w.consume(w.spark.readStream.format("flowqueue").schema(schema).option("queue", w.events.path).load())
+    return act
+
+
 def producer_stopped_conf() -> dict[str, str]:
     return {"spark.flow.producersStopped": "sometimes"}
 
@@ -361,6 +370,17 @@ CASES = [
          AnalysisException, bad("maxTriggerDelay", "soon", DURATION + ", above 0")),
     case("source maxTriggerDelay without minRecordsPerTrigger", read_events(maxTriggerDelay="5s"), AnalysisException,
          bad("maxTriggerDelay", "5s", "a duration together with minRecordsPerTrigger")),
+    case("source minRecordsPerTrigger above maxRecordsPerTrigger",
+         read_events(minRecordsPerTrigger=20, maxRecordsPerTrigger=15), AnalysisException,
+         bad("minRecordsPerTrigger", "20", "a whole number <= maxRecordsPerTrigger=15")),
+    case("source with a user-specified schema", source_with_schema("id BIGINT"), StreamingQueryException,
+         bad("schema", "struct<id:bigint>", "no user-specified schema: a flowqueue source's schema is its queue's "
+             "columns, then _position and _enqueue_time (struct<id:bigint,body:string,_position:bigint,"
+             "_enqueue_time:timestamp>)")),
+    case("source with the queue's own schema given", source_with_schema(
+         "id BIGINT, body STRING, _position BIGINT, _enqueue_time TIMESTAMP"), StreamingQueryException,
+         bad("schema", "struct<id:bigint,body:string,_position:bigint,_enqueue_time:timestamp>",
+             "no user-specified schema")),
     case("source maxPartitions zero", read_events(maxPartitions=0), AnalysisException,
          bad("maxPartitions", "0", "a whole number >= 1")),
     case("source bad startingPosition", read_events(startingPosition="middle"), AnalysisException,
