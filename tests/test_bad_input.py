@@ -193,7 +193,7 @@ CONF_VALUES = [
     ("stallTimeout", "forever", DURATION), ("stalledConsumerPolicy", "ignore", "one of flag, skip"),
     ("stopAge", "-5s", DURATION), ("resumeAge", "a while", DURATION),
     ("homeStopCount", "-1", WHOLE), ("homeResumeCount", "many", WHOLE), ("homeStopSize", "big", SIZE),
-    ("homeResumeSize", "-1k", SIZE),
+    ("homeResumeSize", "-1k", SIZE), ("msgPublishRate", "fast", WHOLE), ("bytePublishRate", "1 parsec/s", SIZE),
 ]
 
 CASES = [
@@ -288,6 +288,10 @@ CASES = [
          bad("rejectTimeout", "soon", DURATION)),
     case("sink option bad poll interval", sink_events({"pollInterval": "-1s"}), ConfigurationError,
          bad("pollInterval", "-1s", DURATION + ", above 0")),
+    case("sink option negative msgPublishRate", sink_events({"msgPublishRate": -100}), ConfigurationError,
+         bad("msgPublishRate", -100, WHOLE)),
+    case("sink option bytePublishRate in bits", sink_events({"bytePublishRate": "10 Mbit"}), ConfigurationError,
+         bad("bytePublishRate", "10 Mbit", SIZE)),
     case("sink option stopSize: a queue setting", sink_events({"stopSize": "1.5b"}), QueueSettingError,
          "stopSize is a queue setting"),
     case("sink option producerFlowControl: a queue setting", sink_events({"producerFlowControl": "off"}),
