@@ -38,6 +38,7 @@ bench: $(STAMP)
 	$(VENV)/bin/python bench/overhead.py
 	$(VENV)/bin/python bench/flow_control.py
 	$(VENV)/bin/python bench/scaling.py
+	$(VENV)/bin/python bench/publish_rate.py
 	$(VENV)/bin/python bench/controller.py
 
 clean:

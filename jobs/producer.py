@@ -6,10 +6,11 @@ the queue's flow.* table properties, and this job's --capacity / --on-full. Each
 prints one progress line on stdout:
 
   12:00:07 producer=p1 queue=events batch=4 enqueued=100 depth=612 depthBytes=61200
-           flowStopped=true flowStoppedCount=1 held=3.2s
+           flowStopped=true flowStoppedCount=1 held=3.2s throttled=0.0s
 
 (one line, printed when the batch completes, from the query's progress; depth is the deepest
-subscription's, after the batch; held is how long the batch waited for the queue to resume).
+subscription's, after the batch; held is how long the batch waited for the queue to resume,
+throttled how long its writes waited for --msg-publish-rate / --byte-publish-rate).
 
 Message schema of a queue this job declares (--source rate):
   id BIGINT, producer STRING, event_time TIMESTAMP, body STRING
@@ -23,6 +24,10 @@ examples:
 
   # the same without spark-submit (a local session with Delta), for 60 seconds
   python jobs/producer.py --queue /data/queues/events --rate 200 --run-seconds 60
+
+  # 500 messages/s offered, written at most 100 messages and 64 KiB a second (Pulsar's publish rate)
+  spark-submit --properties-file conf/spark-defaults.conf jobs/producer.py \\
+      --queue /data/queues/events --rate 500 --msg-publish-rate 100 --byte-publish-rate 64k
 
   # new JSON files in a folder (read with the queue's schema)
   spark-submit --properties-file conf/spark-defaults.conf jobs/producer.py \\
@@ -49,6 +54,7 @@ from _common import (
     fmt_bool,
     main_guard,
     positive_int,
+    positive_size,
     run_query,
     size,
     start_session,
@@ -126,6 +132,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                       help="what this producer does while the queue is flow-stopped: hold (wait), reject (fail "
                            "at once), reject-after (fail after spark.flow.rejectTimeout) (spark.flow.onFull, "
                            "default hold)")
+    flow.add_argument("--msg-publish-rate", type=positive_int, metavar="N",
+                      help="this producer's publish rate: at most N messages a second are written, the writes "
+                           "paced (spark.flow.msgPublishRate, default 0: no limit)")
+    flow.add_argument("--byte-publish-rate", type=positive_size, metavar="BYTES",
+                      help="this producer's publish rate in bytes a second, units allowed: 64k, 1m "
+                           "(spark.flow.bytePublishRate, default 0: no limit)")
     add_run_options(parser, "producer-<name>")
     args = parser.parse_args(argv)
     _check_source_options(parser, args)
@@ -161,7 +173,7 @@ def progress_line(producer: str) -> Callable[[FlowProgress], str]:
     return lambda flow: (f"producer={producer} queue={flow.queue} batch={flow.batch_id} enqueued={flow.count} "
                          f"depth={flow.depth_count} depthBytes={flow.depth_size} "
                          f"flowStopped={fmt_bool(flow.flow_stopped)} flowStoppedCount={flow.flow_stopped_count} "
-                         f"held={flow.held_seconds:.1f}s")
+                         f"held={flow.held_seconds:.1f}s throttled={flow.throttled_seconds:.1f}s")
 
 
 def rate_messages(spark: SparkSession, name: str, rate: int, message_size: int) -> DataFrame:
@@ -208,7 +220,9 @@ def declared_schema(spark: SparkSession, args: argparse.Namespace) -> str | Stru
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
-    options = {key: value for key, value in (("capacity", args.capacity), ("onFull", args.on_full)) if value is not None}
+    flags = (("capacity", args.capacity), ("onFull", args.on_full), ("msgPublishRate", args.msg_publish_rate),
+             ("bytePublishRate", args.byte_publish_rate))
+    options = {key: value for key, value in flags if value is not None}
     spark = start_session(f"spark-flow-producer-{args.name}", args.verbose,  # a bad spark.flow.* conf fails here
                           check=lambda conf: (check_conf(conf), producer_settings(queue_name(args.queue), options, conf)))
     conf = session_flow_conf(spark)
@@ -244,14 +258,16 @@ def main(argv: Sequence[str] | None = None) -> None:
               f"{ages}" if t.enabled else "no flow control (set spark.flow.stopCount, stopSize, stopAge or maxCount)")
     emit(f"producer={args.name} started: queue {queue.name} ({queue.path}{', declared' if created else ''}), "
          f"source {args.source}, {limits}, policy={settings.policy} capacity={producer.capacity} "
-         f"onFull={producer.on_full}, checkpoint {checkpoint}")
+         f"onFull={producer.on_full} msgPublishRate={producer.msg_publish_rate} "
+         f"bytePublishRate={producer.byte_publish_rate}, checkpoint {checkpoint}")
     seconds = run_query(query, None if args.available_now else args.run_seconds)
     lines.wait_for_last()
     cut_short = lines.cut_short()
     for flow in cut_short:
         emit(f"producer={args.name} queue={flow.queue} batch={flow.batch_id} enqueued=partial "
              f"depth={flow.depth_count} depthBytes={flow.depth_size} flowStopped={fmt_bool(flow.flow_stopped)} "
-             f"flowStoppedCount={flow.flow_stopped_count} held=interrupted")
+             f"flowStoppedCount={flow.flow_stopped_count} held=interrupted "
+             f"throttled={flow.throttled_seconds:.1f}s")
     interrupted = ", 1 batch cut short by the stop (finished on restart)" if cut_short else ""
     emit(f"producer={args.name} stopped after {seconds:.0f}s: {lines.batches} batches completed "
          f"({lines.messages} messages){interrupted}")

@@ -33,13 +33,15 @@ _COMPRESSED = "spark.sql.inMemoryColumnarStorage.compressed"
 class BatchContext:
     """One micro-batch being enqueued: its transaction (``app_id``, ``batch_id``), the query
     running it (None outside a streaming query), whether that query still runs, and the seconds
-    the batch was held so far per queue path (before and between its writes)."""
+    the batch was held (flow control) and throttled (publish rate) so far per queue path, before
+    and between its writes."""
 
     app_id: str
     batch_id: int
     query: StreamingQuery | None
     is_active: Callable[[], bool]
     held: dict[str, float] = field(default_factory=dict)
+    throttled: dict[str, float] = field(default_factory=dict)
 
     @property
     def query_id(self) -> str | None:
@@ -57,11 +59,12 @@ class BatchContext:
 
     def commit_metadata(self, path: str, count: int, size: int) -> str:
         """A commit's ``userMetadata``: its messages and bytes (the ledger's depth), and the
-        producer, query, batch and seconds held so far (a query listener's report, in whatever
-        process)."""
+        producer, query, batch and seconds held and throttled so far (a query listener's report,
+        in whatever process)."""
         return json.dumps({METADATA_KEY: {"count": int(count), "size": int(size), "producer": self.app_id,
                                           "batch": self.batch_id, "query": self.query_id,
-                                          "held": round(self.held.get(path, 0.0), 3)}})
+                                          "held": round(self.held.get(path, 0.0), 3),
+                                          "throttled": round(self.throttled.get(path, 0.0), 3)}})
 
 
 def message_size(schema: StructType, size_column: str | None = None) -> Column:

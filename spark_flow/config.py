@@ -190,13 +190,16 @@ def _raise_above(origins: Mapping[str, str], key: str, value: Any, limit_key: st
 
 @dataclass(frozen=True)
 class ProducerSettings:
-    """One producer's settings: its capacity window and what it does while its queue is
-    flow-stopped (hold, reject, reject-after), parsed once where the sink is made."""
+    """One producer's settings: its capacity window, what it does while its queue is
+    flow-stopped (hold, reject, reject-after) and its publish rate (messages and bytes per
+    second, 0 = no limit), parsed once where the sink is made."""
 
     capacity: int = 10_000
     on_full: OnFull = "hold"
     reject_timeout: float = 30.0
     poll_interval: float = 1.0
+    msg_publish_rate: int = 0
+    byte_publish_rate: int = 0
 
 
 def producer_settings(queue: str, options: Mapping[str, Any] | None = None,
@@ -209,4 +212,5 @@ def producer_settings(queue: str, options: Mapping[str, Any] | None = None,
         values[name] = KEYS[name].parse(key, raw)
     for name, raw in producer_options(options or {}).items():
         values[name] = KEYS[name].parse(name, raw)
-    return ProducerSettings(values["capacity"], values["onFull"], values["rejectTimeout"], values["pollInterval"])
+    return ProducerSettings(values["capacity"], values["onFull"], values["rejectTimeout"], values["pollInterval"],
+                            values["msgPublishRate"], values["bytePublishRate"])

@@ -128,8 +128,9 @@ class QueueFullTimeoutError(FlowControlError):
 
 
 class HoldInterruptedError(SparkFlowError):
-    """Thrown when a query is stopped while held between two chunks of a batch; the batch is
-    not complete, so it is replayed (and its enqueued chunks skipped) when the query restarts."""
+    """Thrown when a query is stopped while held or throttled before or between the chunks of a
+    batch; the batch is not complete, so it is replayed (and its enqueued chunks skipped) when
+    the query restarts."""
 
 
 class QueueSettingError(ConfigurationError):
@@ -137,7 +138,8 @@ class QueueSettingError(ConfigurationError):
     (a query's options): a queue has one value for every process, recorded with the queue."""
 
     def __init__(self, key: str, value: Any) -> None:
-        super().__init__(key, value, "a producer setting here: capacity, onFull, rejectTimeout, pollInterval",
+        super().__init__(key, value, "a producer setting here: capacity, onFull, rejectTimeout, pollInterval, "
+                                     "msgPublishRate, bytePublishRate",
                          f"{key} is a queue setting, one value for every process of the queue: give it where the "
                          f"queue is declared (declare(..., settings={{'{key}': ...}}), a flow.{key} table property, "
                          f"spark.flow.{key} in the conf of the job that declares or first writes the queue) or "

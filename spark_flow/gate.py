@@ -11,8 +11,10 @@ producers are flow-controlled at all (policy ``flow``, ``producerFlowControl``).
 
 The sink asks the gate, in order: whether a batch is refused before anything is written
 (:meth:`Gate.refuse`: ``ring-strict``, ``onFull`` reject), how many messages it may write now
-(:meth:`Gate.admit`: the capacity window, Qpid's), to make room in a ring (:meth:`Gate.make_room`),
-and whether the batch may complete (:meth:`Gate.complete`: ``onFull`` hold).
+(:meth:`Gate.admit`: the capacity window, Qpid's, within one second of the producer's publish
+rate), when each write may start (:meth:`Gate.throttle`: the publish rate, Pulsar's), to make
+room in a ring (:meth:`Gate.make_room`), and whether the batch may complete
+(:meth:`Gate.complete`: ``onFull`` hold).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from spark_flow.exceptions import HoldInterruptedError, QueueFullError, QueueFul
 from spark_flow.expiry import expire
 from spark_flow.homeflow import HomeStatus, open_home
 from spark_flow.ledger import Depth
+from spark_flow.publish_rate import PublishRateLimiter
 from spark_flow.queue import Queue
 from spark_flow.ring import discard_oldest
 from spark_flow.state import FlowState, Thresholds, producers_held
@@ -82,13 +85,14 @@ class Gate:
     queue : Queue
     producer : ProducerSettings, optional
         How this producer waits while the queue is stopped (``onFull``, ``rejectTimeout``,
-        ``pollInterval``).
+        ``pollInterval``) and how fast it may write (``msgPublishRate``, ``bytePublishRate``).
     """
 
     def __init__(self, queue: Queue, producer: ProducerSettings | None = None) -> None:
         self.queue = queue
         self.producer = producer or ProducerSettings()
         self.home = open_home(queue.home, queue.storage_options) if queue.home else None
+        self.publish_rate = PublishRateLimiter(self.producer.msg_publish_rate, self.producer.byte_publish_rate)
 
     def observe(self) -> GateStatus:
         """Look at the queue now: depth per subscription, state machine stepped and recorded;
@@ -122,11 +126,12 @@ class Gate:
         if status.settings.policy == "ring-strict":
             _refuse_over_max(status, batch)
         if status.stopped and self.producer.on_full != "hold":
-            return self.admit(is_active, started=False)[0]
+            return self.admit(batch, is_active, started=False)[0]
         return 0.0
 
-    def admit(self, is_active: Callable[[], bool], *, started: bool) -> tuple[float, float]:
-        """How many more messages this producer may write now, once it may write any.
+    def admit(self, batch: Depth, is_active: Callable[[], bool], *, started: bool) -> tuple[float, float]:
+        """How many more of ``batch``'s messages this producer may write in one go, once it may
+        write any.
 
         A ``hold`` producer writes the first part of a fresh batch at once: its capacity window
         (Qpid's), the messages in flight when the queue turned ON; so it needs no look at the
@@ -134,7 +139,8 @@ class Gate:
         Anything after it (the next chunk, the rest of a replayed batch: ``started``), any part
         for a ``reject`` producer, and anything while an operator stopped the producers waits
         until the queue is not stopped. Returns the seconds held and the window: ``capacity``
-        messages, or all of them when no limit applies to the producers. Raises
+        messages, or all of them when no limit applies to the producers; at most one second of
+        the producer's publish rate at the batch's mean message size. Raises
         :class:`HoldInterruptedError` when the query is stopped while held.
         """
         settings, held = self.queue.settings(), 0.0
@@ -146,7 +152,19 @@ class Gate:
                     raise HoldInterruptedError(f"query stopped while held by queue {status.queue!r} in mid-batch; "
                                                "the rest of the batch is enqueued when the query restarts")
             settings = status.settings
-        return held, self.producer.capacity if self._limited(settings) else math.inf
+        window = self.producer.capacity if self._limited(settings) else math.inf
+        return held, min(window, self.publish_rate.window(batch.count, batch.size))
+
+    def throttle(self, write: Depth, is_active: Callable[[], bool]) -> float:
+        """Wait until the producer's publish rate lets it start a write of ``write``'s messages
+        and bytes (the writes before it paid for). Returns the seconds throttled. Raises
+        :class:`HoldInterruptedError` when the query is stopped while throttled."""
+        throttled, go = self.publish_rate.acquire(write.count, write.size, is_active)
+        if not go:
+            raise HoldInterruptedError(f"query stopped while throttled by its publish rate into queue "
+                                       f"{self.queue.name!r}; the rest of the batch is enqueued when the query "
+                                       "restarts")
+        return throttled
 
     def _limited(self, settings: QueueSettings) -> bool:
         """Whether any limit applies to the producers (so they write in capacity windows): the

@@ -112,6 +112,8 @@ KEYS: dict[str, Key] = {
         Key("onFull", parse_on_full, "hold", "What a producer does while its queue is flow-stopped: " + ", ".join(ON_FULL) + ".", "producer"),
         Key("rejectTimeout", parse_duration, 30.0, "With onFull reject-after: how long a producer is held before it fails.", "producer"),
         Key("pollInterval", _positive_duration, 1.0, "Longest wait between two looks at a held queue's depth.", "producer"),
+        Key("msgPublishRate", parse_count, 0, "A producer's publish rate in messages per second: its writes are paced under it (0 = no limit).", "producer"),
+        Key("bytePublishRate", parse_size, 0, "A producer's publish rate in bytes per second (1m = 1 MiB/s): its writes are paced under it (0 = no limit).", "producer"),
         Key("home", _text, None, "The control plane's location: queue registry, status, history, commands; default state of new queues.", "home"),
         Key("homeStopCount", parse_count, None, "Every producer of the home is held when the home's depth exceeds this many messages (0 = not used).", "home"),
         Key("homeResumeCount", parse_count, None, "The home's producers go on when its depth is under this many messages (0: homeStopCount).", "home"),

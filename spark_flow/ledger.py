@@ -90,7 +90,8 @@ class Commit:
     """One commit of a queue table: its version, time (ms since epoch) and what it enqueued.
 
     A sink's commit also says which streaming query and micro-batch wrote it, and how long that
-    batch had been held before this write: what a query listener in any process reports."""
+    batch had been held (flow control) and throttled (publish rate) before this write: what a
+    query listener in any process reports."""
 
     version: int
     timestamp: int
@@ -99,6 +100,7 @@ class Commit:
     query: str | None = None
     batch: int | None = None
     held: float = 0.0
+    throttled: float = 0.0
 
     def size_of(self, index: int) -> int:
         """Bytes of the commit's first ``index`` messages. The log records a commit's size only
@@ -147,7 +149,7 @@ def _sink_metadata(user_metadata: Any) -> dict[str, Any] | None:
         count, size = int(flow["count"]), int(flow["size"])
         fields = {"count": count, "size": size, "query": flow.get("query"),
                   "batch": None if flow.get("batch") is None else int(flow["batch"]),
-                  "held": float(flow.get("held", 0.0))}
+                  "held": float(flow.get("held", 0.0)), "throttled": float(flow.get("throttled", 0.0))}
     except (KeyError, TypeError, ValueError):
         return None
     return fields if count >= 0 and size >= 0 else None

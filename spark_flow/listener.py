@@ -1,5 +1,6 @@
 """Flow control in query progress: a StreamingQueryListener that reports, for each producer and
-consumer query, the queue's depth, ``flowStopped``, ``flowStoppedCount`` and the time held.
+consumer query, the queue's depth, ``flowStopped``, ``flowStoppedCount``, the time held and the
+time throttled.
 
 Everything comes from what every process can read, so the listener works in the process that
 runs the queries (classic) and in a Spark Connect client, whose foreachBatch functions run on
@@ -43,7 +44,9 @@ _KEEP_MS = 600_000  # commits of queries with no event here (other applications)
 class FlowProgress:
     """Flow control as one query saw it in its last micro-batch: the messages it enqueued (a
     producer) or read (a consumer), the queue version it wrote or read up to, and the depth
-    after it (a consumer's: what remains once the batch is acknowledged)."""
+    after it (a consumer's: what remains once the batch is acknowledged). A producer's
+    ``held_seconds`` is the time flow control held its batch, ``throttled_seconds`` the time its
+    publish rate paced it."""
 
     query_id: str
     query_name: str | None
@@ -56,6 +59,7 @@ class FlowProgress:
     flow_stopped: bool
     flow_stopped_count: int
     held_seconds: float
+    throttled_seconds: float = 0.0
     count: int = 0
     position: int = -1  # a consumer's: the queue version of the newest message it has read
     expired_count: int = 0  # a consumer's subscription's: messages expired (messageTtl) before it read them
@@ -78,7 +82,8 @@ class FlowProgressListener(StreamingQueryListener):
 
     Consumers of any queue are reported without either. A producer's ``held_seconds`` is the
     time its batch waited before and between its writes (recorded in its commits) and after
-    them (recorded in the queue's holds table, only when it held).
+    them (recorded in the queue's holds table, only when it held); its ``throttled_seconds``
+    the time its publish rate made its writes wait (recorded in its commits).
 
     Examples
     --------
@@ -118,10 +123,10 @@ class FlowProgressListener(StreamingQueryListener):
             self.progress[query_id] = found
         for flow in found:
             log.info("%s %s batch %d queue %r%s: %d messages, depth %d messages / %d bytes, flowStopped %s, "
-                     "flowStoppedCount %d, held %.1fs", flow.role, name or query_id, flow.batch_id, flow.queue,
-                     f" subscription {flow.subscription!r}" if flow.subscription else "", flow.count,
+                     "flowStoppedCount %d, held %.1fs, throttled %.1fs", flow.role, name or query_id, flow.batch_id,
+                     flow.queue, f" subscription {flow.subscription!r}" if flow.subscription else "", flow.count,
                      flow.depth_count, flow.depth_size, str(flow.flow_stopped).lower(), flow.flow_stopped_count,
-                     flow.held_seconds)
+                     flow.held_seconds, flow.throttled_seconds)
 
     def reports(self, progress: Any) -> list[FlowProgress]:
         """Flow control of one micro-batch (a ``StreamingQueryProgress``), as a producer and as a
@@ -174,7 +179,8 @@ class FlowProgressListener(StreamingQueryListener):
         status, last = _status(queue), commits[-1]
         return FlowProgress(query_id, name, "producer", queue.name, None, batch_id, status.depth.count,
                             status.depth.size, status.stopped, status.flow_stopped_count,
-                            round(last.held + held_after, 3), sum(c.count for c in commits), last.version)
+                            round(last.held + held_after, 3), last.throttled, sum(c.count for c in commits),
+                            last.version)
 
     def _new_commits(self, queue: Queue, since: int) -> list[Commit]:
         """The sink's commits to a queue since the last look. At the first look, those from
@@ -204,7 +210,7 @@ class FlowProgressListener(StreamingQueryListener):
                 depth = queue.ledger.depth(max(sub.acknowledged, end), latest)
                 found.append(FlowProgress(str(progress.id), progress.name, "consumer", queue.name, sub.name,
                                           progress.batchId, depth.count, depth.size, sub.flow_stopped,
-                                          sub.flow_stopped_count, 0.0, int(source.numInputRows),
+                                          sub.flow_stopped_count, 0.0, 0.0, int(source.numInputRows),
                                           end.reached, sub.expired_count, sub.dead_lettered_count))
         return found
 

@@ -52,16 +52,16 @@ class ReadLimits:
 
     def end(self, commits: Sequence[Commit], read: int, waited: float, limit: ReadLimit) -> Position | None:
         """Where the next batch ends in ``commits`` (oldest first, the first one's first
-        ``read`` messages already read), or None to take nothing yet: none wait, or fewer than
-        ``min_records`` and the last batch was ``waited`` seconds ago, less than
-        ``max_trigger_delay``."""
+        ``read`` messages already read), or None to take nothing yet: fewer than ``min_records``
+        wait and the last batch was ``waited`` seconds ago, less than ``max_trigger_delay``.
+        Commits that carry no message (a property change, a purge) are passed over, as Delta's
+        source passes its non-data commits: when no message waits, the end is the newest commit."""
         if not commits:
             return None
-        if isinstance(limit, ReadAllAvailable):
-            return Position(commits[-1].version)
         waiting = sum(c.count for c in commits) - read
-        if waiting <= 0 or (self.min_records is not None and waiting < self.min_records
-                            and waited < self.max_trigger_delay):
+        if isinstance(limit, ReadAllAvailable) or waiting <= 0:
+            return Position(commits[-1].version)
+        if self.min_records is not None and waiting < self.min_records and waited < self.max_trigger_delay:
             return None
         end, rows, size = Position(commits[0].version - 1, read), 0, 0
         for commit in commits:

@@ -6,8 +6,10 @@ as the Qpid broker holds back the completion of Message.Transfer. The sink measu
 (messages and bytes per destination), cuts it into chunks of at most ``capacity`` rows with the
 gate looked at between chunks, so the depth never exceeds the stop threshold plus the
 capacities of the producers (Qpid's capacity window), writes them (:mod:`spark_flow.queue_writer`)
-and holds the batch while a destination is stopped. The batch's transaction and its rows'
-handling are :mod:`spark_flow.batch`'s.
+and holds the batch while a destination is stopped. A producer with a publish rate is paced by
+the same cut: its chunks are at most one second of its quota, each written once the gate's
+limiter lets it start (Pulsar's publish throttling), so the rate holds within a batch too. The
+batch's transaction and its rows' handling are :mod:`spark_flow.batch`'s.
 """
 
 from __future__ import annotations
@@ -45,7 +47,8 @@ _ROW = "__spark_flow_row"
 @dataclass(frozen=True)
 class BatchReport:
     """What one micro-batch did to one queue: enqueued messages and bytes, the depth after,
-    flow state, and how long the batch was held."""
+    flow state, how long the batch was held (flow control) and how long it was throttled (its
+    publish rate)."""
 
     batch_id: int
     queue: str
@@ -55,6 +58,7 @@ class BatchReport:
     flow_stopped: bool
     flow_stopped_count: int
     held_seconds: float
+    throttled_seconds: float
 
 
 class QueueSink:
@@ -70,11 +74,11 @@ class QueueSink:
     size_column : str, optional
         A column holding each message's content size in bytes (it is enqueued like the others).
     options : mapping, optional
-        This producer's settings (``capacity``, ``onFull``, ``rejectTimeout``, ``pollInterval``),
-        above the Spark conf. A queue's settings (thresholds, policy) are the queue's, the same
-        for every producer: a queue setting here raises :class:`QueueSettingError`. Queue settings
-        in the Spark conf that the queue has none recorded for are recorded with it at the
-        first batch.
+        This producer's settings (``capacity``, ``onFull``, ``rejectTimeout``, ``pollInterval``,
+        ``msgPublishRate``, ``bytePublishRate``), above the Spark conf. A queue's settings
+        (thresholds, policy) are the queue's, the same for every producer: a queue setting here
+        raises :class:`QueueSettingError`. Queue settings in the Spark conf that the queue has
+        none recorded for are recorded with it at the first batch.
     app_id : str, optional
         The ``txnAppId`` of the batches, the same for every run of the query (default:
         ``spark-flow/<query id>``; required for batches written outside a streaming query).
@@ -123,6 +127,7 @@ class QueueSink:
             gates = {dest: self._gate(spark, dest) for dest in parts}
             self._record_downstream(query, gates)
             context.held = dict.fromkeys((gate.queue.path for gate in gates.values()), 0.0)
+            context.throttled = dict(context.held)
             rows = self._check(parts, gates)
             measured = {dest: self._measured(part, gates[dest], context) for dest, part in rows.items()}
             self._refuse_before_writing(gates, measured, context)
@@ -220,11 +225,13 @@ class QueueSink:
                 log.info("batch %d already enqueued into %r (replay); skipping its write", context.batch_id,
                          gate.queue.name)
             return Depth(count, total_size)
-        window = self._admit(gate, context, done, count)
+        batch = Depth(count, total_size)
+        window = self._admit(gate, context, done, batch)
         if done == 0 and count <= window:
+            self._throttle(gate, context, batch)
             self._write(rows, dest, context, count, count, total_size)
         else:
-            self._write_chunks(rows, size, dest, int(min(count - done, window)), context, done, count)
+            self._write_chunks(rows, size, dest, int(min(count - done, window)), context, done, batch)
         gate.make_room()
         return Depth(count, total_size)
 
@@ -240,10 +247,10 @@ class QueueSink:
         return self._sizes[key]
 
     def _write_chunks(self, rows: DataFrame, size: Column, dest: str, window: int, context: BatchContext,
-                      done: int, count: int) -> None:
-        """Write rows ``done..count`` in chunks of ``window`` rows (fixed for the batch), the
-        gate asked before each chunk after the first. One job sizes every chunk; one write per
-        chunk."""
+                      done: int, batch: Depth) -> None:
+        """Write rows ``done..count`` of the ``batch``'s ``count`` in chunks of ``window`` rows
+        (fixed for the batch), the gate asked before each chunk after the first and each chunk
+        paced by the publish rate. One job sizes every chunk; one write per chunk."""
         from pyspark.sql import Window
         from pyspark.sql import functions as F
 
@@ -251,24 +258,27 @@ class QueueSink:
         order = Window.orderBy(F.xxhash64(*keys), *keys)
         indexed = rows.withColumn(_ROW, F.row_number().over(order) - 1).persist()
         chunk_of = F.floor((F.col(_ROW) - done) / window)
+        gate, count = self._gates[dest], batch.count
         try:
             sizes: dict[int, int] = dict(indexed.filter(F.col(_ROW) >= done).groupBy(chunk_of.alias("chunk"))
                          .agg(F.coalesce(F.sum(size), F.lit(0))).collect())
             for chunk_index in range(math.ceil((count - done) / window)):
                 lo, hi = done + chunk_index * window, min(count, done + (chunk_index + 1) * window)
                 if chunk_index:
-                    self._admit(self._gates[dest], context, lo, count)
+                    self._admit(gate, context, lo, batch)
+                self._throttle(gate, context, Depth(hi - lo, sizes[chunk_index]))
                 chunk = indexed.filter((F.col(_ROW) >= lo) & (F.col(_ROW) < hi)).drop(_ROW)
                 self._write(chunk, dest, context, hi, hi - lo, sizes[chunk_index])
         finally:
             unpersist(indexed)
 
-    def _admit(self, gate: Gate, context: BatchContext, written: int, count: int) -> float:
-        """:meth:`Gate.admit` for the rest of a batch ``written`` of whose ``count`` messages are
-        in: a refusal says so, and that a restart writes the rest (the replay skips what is in).
+    def _admit(self, gate: Gate, context: BatchContext, written: int, batch: Depth) -> float:
+        """:meth:`Gate.admit` for the rest of a ``batch`` of which ``written`` messages are in: a
+        refusal says so, and that a restart writes the rest (the replay skips what is in).
         Returns the window."""
+        count = batch.count
         try:
-            held, window = gate.admit(context.is_active, started=written > 0)
+            held, window = gate.admit(batch, context.is_active, started=written > 0)
             context.held[gate.queue.path] += held
             return window
         except FlowControlError as error:
@@ -278,6 +288,10 @@ class QueueSink:
                               f"{error.detail}; {written} of the {count} messages of batch {context.batch_id} are "
                               f"in queue {error.queue!r}; a restart of the query writes the other "
                               f"{count - written}") from error
+
+    def _throttle(self, gate: Gate, context: BatchContext, write: Depth) -> None:
+        """Wait until the producer's publish rate lets the next write start (:meth:`Gate.throttle`)."""
+        context.throttled[gate.queue.path] += gate.throttle(write, context.is_active)
 
     def _write(self, rows: DataFrame, dest: str, context: BatchContext, written: int, count: int, size: int) -> None:
         """Append ``count`` rows (``size`` bytes) as one idempotent commit that brings the
@@ -300,9 +314,10 @@ class QueueSink:
             if seconds > 0 and context.query_id is not None and enqueued[dest].count:
                 gates[dest].queue.hold_times.record(context.query_id, context.batch_id, round(seconds, 3))
         for dest, status in statuses.items():
-            held = context.held[gates[dest].queue.path] + after_writes[dest]
+            path = gates[dest].queue.path
             self.last[dest] = BatchReport(context.batch_id, status.queue, enqueued[dest].count, enqueued[dest].size,
-                                          status.depth, status.stopped, status.flow_stopped_count, held)
+                                          status.depth, status.stopped, status.flow_stopped_count,
+                                          context.held[path] + after_writes[dest], context.throttled[path])
 
 
 def _consumed(query: StreamingQuery) -> list[tuple[str, str]] | None:

@@ -111,13 +111,18 @@ def _read_limits(own: Mapping[str, str]) -> ReadLimits:
     if delay is not None and min_records is None:
         raise ConfigurationError("maxTriggerDelay", delay, "a duration together with minRecordsPerTrigger "
                                  "(how long a batch may wait for that many messages)")
-    return ReadLimits(
+    limits = ReadLimits(
         max_records=None if max_records is None else parse_count("maxRecordsPerTrigger", max_records, minimum=1),
         max_bytes=None if max_bytes is None else parse_size("maxBytesPerTrigger", max_bytes, minimum=1),
         min_records=None if min_records is None else parse_count("minRecordsPerTrigger", min_records, minimum=1),
         max_trigger_delay=(DEFAULT_MAX_TRIGGER_DELAY if delay is None
                            else parse_duration("maxTriggerDelay", delay, minimum=0.001)),
     )
+    if limits.min_records is not None and limits.max_records is not None and limits.min_records > limits.max_records:
+        raise ConfigurationError("minRecordsPerTrigger", min_records, f"a whole number <= maxRecordsPerTrigger="
+                                 f"{limits.max_records} (a batch would wait for more messages than it may take), "
+                                 "as Kafka's minOffsetsPerTrigger")
+    return limits
 
 
 @dataclass(frozen=True)
@@ -159,21 +164,34 @@ class FlowQueueDataSource(DataSource):
     def __init__(self, options: dict[str, str]) -> None:
         super().__init__(options)
         self.settings = SourceOptions.parse(options)
+        self.schema_inferred = False  # whether Spark asked for the schema: it does unless the user gave one
 
     @classmethod
     def name(cls) -> str:
         return "flowqueue"
 
     def schema(self) -> StructType:
+        """The queue's columns, then ``_position`` and ``_enqueue_time``. Spark asks for it only
+        when the user gave no schema (and pickles the source after): :meth:`streamReader` knows
+        from it whether the schema it is handed is the user's."""
         from pyspark.sql.pandas.types import from_arrow_schema
         from pyspark.sql.types import LongType, StructField, TimestampType
 
+        self.schema_inferred = True
         schema = from_arrow_schema(open_queue(self.settings.queue, self.settings.storage_options).schema())
         return schema.add(StructField("_position", LongType(), False)).add(
             StructField("_enqueue_time", TimestampType(), False)
         )
 
     def streamReader(self, schema: StructType) -> FlowQueueStreamReader:
+        """The reader, when the query starts. A user-specified schema is refused here, before
+        anything is read, as Delta's and Kafka's sources refuse one: a queue's messages have
+        its columns. (Spark 4.2 runs no Python at ``load()`` when a schema is given: this is
+        the first moment the source learns of it.)"""
+        if not self.schema_inferred:
+            raise ConfigurationError("schema", schema.simpleString(), f"no user-specified schema: a flowqueue "
+                                     f"source's schema is its queue's columns, then _position and _enqueue_time "
+                                     f"({self.schema().simpleString()}), as Delta's and Kafka's sources refuse one")
         return FlowQueueStreamReader(self.settings)
 
 

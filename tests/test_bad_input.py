@@ -158,6 +158,15 @@ def raw_source(**options: str) -> Callable[[World], None]:
     return act
 
 
+def source_with_schema(schema: str) -> Callable[[World], None]:
+    """``format("flowqueue").schema(...)``: Spark 4.2 tells a Python data source of a user's
+    schema only when the query starts."""
+    def act(w: World) -> None:
+        w.spark.dataSource.register(FlowQueueDataSource)
+        w.consume(w.spark.readStream.format("flowqueue").schema(schema).option("queue", w.events.path).load())
+    return act
+
+
 def producer_stopped_conf() -> dict[str, str]:
     return {"spark.flow.producersStopped": "sometimes"}
 
@@ -184,7 +193,7 @@ CONF_VALUES = [
     ("stallTimeout", "forever", DURATION), ("stalledConsumerPolicy", "ignore", "one of flag, skip"),
     ("stopAge", "-5s", DURATION), ("resumeAge", "a while", DURATION),
     ("homeStopCount", "-1", WHOLE), ("homeResumeCount", "many", WHOLE), ("homeStopSize", "big", SIZE),
-    ("homeResumeSize", "-1k", SIZE),
+    ("homeResumeSize", "-1k", SIZE), ("msgPublishRate", "fast", WHOLE), ("bytePublishRate", "1 parsec/s", SIZE),
     ("messageTtl", "soon", DURATION), ("maxDeliveries", "-1", WHOLE),
     ("deadLetterQueue", " ", "a queue: a path or a catalog table name"), ("maxDeadLettersPerBatch", "0", "a whole number >= 1"),
 ]
@@ -285,6 +294,10 @@ CASES = [
          bad("rejectTimeout", "soon", DURATION)),
     case("sink option bad poll interval", sink_events({"pollInterval": "-1s"}), ConfigurationError,
          bad("pollInterval", "-1s", DURATION + ", above 0")),
+    case("sink option negative msgPublishRate", sink_events({"msgPublishRate": -100}), ConfigurationError,
+         bad("msgPublishRate", -100, WHOLE)),
+    case("sink option bytePublishRate in bits", sink_events({"bytePublishRate": "10 Mbit"}), ConfigurationError,
+         bad("bytePublishRate", "10 Mbit", SIZE)),
     case("sink option stopSize: a queue setting", sink_events({"stopSize": "1.5b"}), QueueSettingError,
          "stopSize is a queue setting"),
     case("sink option producerFlowControl: a queue setting", sink_events({"producerFlowControl": "off"}),
@@ -367,6 +380,17 @@ CASES = [
          AnalysisException, bad("maxTriggerDelay", "soon", DURATION + ", above 0")),
     case("source maxTriggerDelay without minRecordsPerTrigger", read_events(maxTriggerDelay="5s"), AnalysisException,
          bad("maxTriggerDelay", "5s", "a duration together with minRecordsPerTrigger")),
+    case("source minRecordsPerTrigger above maxRecordsPerTrigger",
+         read_events(minRecordsPerTrigger=20, maxRecordsPerTrigger=15), AnalysisException,
+         bad("minRecordsPerTrigger", "20", "a whole number <= maxRecordsPerTrigger=15")),
+    case("source with a user-specified schema", source_with_schema("id BIGINT"), StreamingQueryException,
+         bad("schema", "struct<id:bigint>", "no user-specified schema: a flowqueue source's schema is its queue's "
+             "columns, then _position and _enqueue_time (struct<id:bigint,body:string,_position:bigint,"
+             "_enqueue_time:timestamp>)")),
+    case("source with the queue's own schema given", source_with_schema(
+         "id BIGINT, body STRING, _position BIGINT, _enqueue_time TIMESTAMP"), StreamingQueryException,
+         bad("schema", "struct<id:bigint,body:string,_position:bigint,_enqueue_time:timestamp>",
+             "no user-specified schema")),
     case("source maxPartitions zero", read_events(maxPartitions=0), AnalysisException,
          bad("maxPartitions", "0", "a whole number >= 1")),
     case("source bad startingPosition", read_events(startingPosition="middle"), AnalysisException,

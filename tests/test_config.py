@@ -172,6 +172,17 @@ def test_producer_settings_options_over_patterns_over_conf_over_defaults() -> No
     assert producer_settings("q") == ProducerSettings()
 
 
+def test_publish_rates_are_producer_settings_given_like_the_others() -> None:
+    """Pulsar's msgPublishRate / bytePublishRate: no limit by default, sizes with units
+    (1m = 1 MiB a second), options over patterns over ``spark.flow.<key>``."""
+    conf = {"spark.flow.msgPublishRate": "100", "spark.flow.queues.events.>.bytePublishRate": "1m"}
+    assert (producer_settings("q").msg_publish_rate, producer_settings("q").byte_publish_rate) == (0, 0)
+    assert producer_settings("other", conf=conf) == ProducerSettings(msg_publish_rate=100)
+    assert producer_settings("events.a", conf=conf) == ProducerSettings(msg_publish_rate=100, byte_publish_rate=2**20)
+    assert producer_settings("events.a", {"msgPublishRate": 0, "bytePublishRate": "64k"}, conf) == ProducerSettings(
+        byte_publish_rate=65536)
+
+
 @pytest.mark.parametrize("key", ["stopCount", "resumeSize", "maxCount", "policy", "producerFlowControl"])
 def test_a_queue_setting_as_a_query_option_says_where_it_belongs(key: str) -> None:
     with pytest.raises(QueueSettingError, match=f"{key} is a queue setting.*spark-flow set"):

@@ -212,3 +212,17 @@ def test_a_transition_seen_before_its_maker_records_it_keeps_the_depth_it_was_ma
     maker.join(60)
     rows = Queue(path).history.read()
     assert [(r["flow_stopped"], r["flow_stopped_count"], r["depth_count"]) for r in rows] == [(True, 1, 8)]
+
+
+@pytest.mark.parametrize(("capacity", "settings", "window"), [(3, {"stopCount": 100}, 3), (10, {"stopCount": 100}, 5),
+                                                             (3, {}, 5)],
+                         ids=["capacity is smaller", "one second of quota is smaller", "no thresholds: no capacity"])
+def test_a_write_is_at_most_a_capacity_window_and_one_second_of_quota(spark: SparkSession, tmp_path: Path,
+                                                                      capacity: int, settings: dict,
+                                                                      window: int) -> None:
+    """One cut for both: the sink writes a batch in chunks of the smaller of its capacity window
+    (when the queue has thresholds) and one second of its publish rate (msgPublishRate 5)."""
+    path = str(tmp_path / "q")
+    declare(spark, path, SCHEMA, settings=settings)
+    gate = Gate(Queue(path), ProducerSettings(capacity=capacity, msg_publish_rate=5))
+    assert gate.admit(Depth(15, 150), lambda: True, started=False) == (0.0, window)

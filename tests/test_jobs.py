@@ -7,6 +7,7 @@ module needs no SparkSession of its own.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -32,7 +33,7 @@ def properties(path: Path) -> dict[str, str]:
 @pytest.mark.parametrize(("job", "options"), [
     ("producer", ["--queue", "--source", "--rate", "--message-size", "--path", "--format", "--from-queue",
                   "--capacity", "--on-full", "--trigger", "--checkpoint", "--run-seconds", "--name", "--schema",
-                  "--available-now"]),
+                  "--available-now", "--msg-publish-rate", "--byte-publish-rate"]),
     ("consumer", ["--queue", "--subscription", "--starting-position", "--max-records-per-trigger",
                   "--max-bytes-per-trigger", "--min-records-per-trigger", "--max-trigger-delay", "--output",
                   "--delay-per-message", "--rows-per-second", "--trigger", "--checkpoint", "--run-seconds",
@@ -130,6 +131,26 @@ def test_producer_is_held_then_the_consumer_drains_the_queue(tmp_path: Path, ses
     assert sorted(consumed) == sorted(enqueued.column("id").to_pylist())
     assert len(consumed) == len(set(consumed))  # every message exactly once
     assert queue.depth().count == 0
+
+
+@pytest.mark.e2e
+def test_a_producer_paced_by_its_publish_rate_as_the_readme_runs_it(tmp_path: Path) -> None:
+    """The README's "Publish quotas" line as written (its queue under a temporary folder, and
+    --run-seconds so it ends): the rate source offers 100 messages a second, every write is at
+    most one second of the quota of 20, and each batch's line says how long its writes waited."""
+    from test_readme import BIN, bash_blocks
+
+    [[line]] = bash_blocks("The flow controller, status and operator commands")
+    words = [word.replace("/tmp/flow", str(tmp_path)) for word in line]
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    result = subprocess.run([str(BIN / words[0]), *words[1:], "--run-seconds", "12"], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 0, failure(result)
+    assert "msgPublishRate=20 bytePublishRate=0" in result.stdout, failure(result)
+    lines = [line for line in progress(result.stdout, "producer") if line["enqueued"] != "partial"]
+    assert any(float(line["throttled"].rstrip("s")) > 0 and line["held"] == "0.0s" for line in lines), failure(result)
+    commits = [c.count for c in Queue(str(tmp_path / "queues" / "paced")).ledger.commits(-1) if c.count]
+    assert commits and max(commits) <= 20
 
 
 def test_a_bare_number_is_milliseconds_for_a_job_flag_and_a_conf_key() -> None:

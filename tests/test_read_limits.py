@@ -71,9 +71,17 @@ def test_minimum_waits_at_most_the_delay() -> None:
 
 def test_minimum_then_maximum() -> None:
     """Kafka's order: the minimum decides whether a batch runs, the maximum how far it goes."""
-    limits = ReadLimits(max_records=4, min_records=6)
-    assert limits.end(commits((3, 0), (2, 0)), 0, 0.0, ReadMaxRows(4)) is None
+    limits = ReadLimits(max_records=4, min_records=3)
+    assert limits.end(commits((1, 0), (1, 0)), 0, 0.0, ReadMaxRows(4)) is None
     assert limits.end(commits((3, 0), (2, 0), (1, 0)), 0, 0.0, ReadMaxRows(4)) == Position(1, 1)
+
+
+@pytest.mark.parametrize("limits", [ReadLimits(), ReadLimits(max_records=5), ReadLimits(min_records=10)],
+                         ids=["no limit", "maxRecordsPerTrigger", "minRecordsPerTrigger"])
+def test_commits_without_messages_are_passed_over(limits: ReadLimits) -> None:
+    """Delta's source moves past its non-data commits: a property change or a purge after the
+    last message read is no reason for the end to stay behind (whatever the limits)."""
+    assert limits.end(commits((0, 0), (0, 0), first=4), 0, 0.0, limits.spark_limit()) == Position(5)
 
 
 def test_all_available_and_nothing_waiting() -> None:

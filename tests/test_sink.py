@@ -20,6 +20,7 @@ from chispa import assert_df_equality
 from deltalake import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQuery
 from streams import start_producer, wait_until
 
 from spark_flow.batch import TXN_SPAN
@@ -34,6 +35,7 @@ from spark_flow.exceptions import (
 )
 from spark_flow.gate import Gate
 from spark_flow.ledger import METADATA_KEY, Depth, Position
+from spark_flow.listener import FlowProgressListener
 from spark_flow.queue import Queue, open_queue
 from spark_flow.sink import QueueSink
 
@@ -266,6 +268,77 @@ def test_crash_between_chunks_then_replay_writes_only_the_rest(spark: SparkSessi
 
     replay(df, 5)
     assert row_count(path) == 18
+
+
+# --- publish rate ---------------------------------------------------------------------------
+
+
+def commit_metadata(path: str) -> list[dict]:
+    """The sink's ``userMetadata`` entry of every commit it wrote, oldest first."""
+    infos = sorted(DeltaTable(path).history(), key=lambda info: info["version"])
+    return [json.loads(i["userMetadata"])[METADATA_KEY] for i in infos if METADATA_KEY in (i.get("userMetadata") or "")]
+
+
+@pytest.mark.parametrize(("options", "rows", "body"), [({"msgPublishRate": 5}, 15, 1), ({"bytePublishRate": "1k"}, 6, 504)],
+                         ids=["msgPublishRate 5, 15 messages", "bytePublishRate 1k, 6 messages of 512 bytes"])
+def test_a_publish_rate_paces_the_writes_of_a_batch(spark: SparkSession, tmp_path: Path, options: dict, rows: int,
+                                                    body: int) -> None:
+    """Pulsar's publish rate: a batch of three seconds of quota is written in three writes of one
+    second of quota each, each started once the one before it is paid for. So the call lasts at
+    least the two seconds the waits make (the waits are the mechanism: a lower bound, not a
+    timing), and reports the time throttled, apart from the time held, in its report and
+    commits."""
+    path = str(tmp_path / "q")
+    declare(spark, path, SCHEMA)
+    df = spark.createDataFrame([(i, "x" * body) for i in range(rows)], SCHEMA)
+    sink = QueueSink(path, options=options, app_id="p")
+    started = time.monotonic()
+    sink(df, 0)
+    elapsed = time.monotonic() - started
+
+    assert [count for _v, count, _s in sink_commits(path)] == [rows // 3] * 3
+    assert elapsed >= 2.0
+    report = sink.last[path]
+    assert 0 < report.throttled_seconds <= elapsed and report.held_seconds == 0
+    throttled = [meta["throttled"] for meta in commit_metadata(path)]
+    assert throttled[0] == 0 and throttled == sorted(throttled) and throttled[-1] == round(report.throttled_seconds, 3)
+    assert_same_rows(table(spark, path), df)
+
+
+def test_a_throttled_query_stops_promptly_and_its_restart_writes_the_rest_once(spark: SparkSession,
+                                                                                tmp_path: Path) -> None:
+    """msgPublishRate 4 and a first batch of 20 messages (five seconds of quota): stopped once two
+    of its writes are in, the query ends while throttled (the batch fails with
+    HoldInterruptedError; nothing waits out the quota), with messages still to write. Restarted
+    from its checkpoint it writes exactly the rest, and the query listener reports that batch's
+    time throttled beside its time held."""
+    path, source = str(tmp_path / "q"), str(tmp_path / "in")
+    declare(spark, path, SCHEMA)
+    messages(spark, range(20)).coalesce(1).write.format("delta").save(source)
+    listener = FlowProgressListener(queues=[path])
+    spark.streams.addListener(listener)
+
+    def start() -> StreamingQuery:
+        return (spark.readStream.format("delta").load(source).writeStream
+                .foreachBatch(QueueSink(path, options={"msgPublishRate": 4}))
+                .option("checkpointLocation", str(tmp_path / "chk")).start())
+
+    try:
+        query = start()
+        wait_until(lambda: len(sink_commits(path)) >= 2, 90)
+        query.stop()
+        written = row_count(path)
+        assert written < 20, "the stop came while the batch was throttled, not after its last write"
+        restarted = start()
+        restarted.processAllAvailable()
+        wait_until(lambda: str(restarted.id) in listener.progress, 30)
+        restarted.stop()
+    finally:
+        spark.streams.removeListener(listener)
+    assert_same_rows(table(spark, path), messages(spark, range(20)))
+    [report] = listener.progress[str(restarted.id)]
+    assert (report.role, report.batch_id, report.count) == ("producer", 0, 20 - written)
+    assert report.throttled_seconds > 0 and report.held_seconds == 0
 
 
 # --- schema ---------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 from streams import wait_until
 
-from spark_flow.declare import declare
+from spark_flow.declare import declare, purge_acknowledged
 from spark_flow.ledger import Depth, Position
 from spark_flow.offsets import offset_position
 from spark_flow.queue import Queue
@@ -161,7 +161,8 @@ def test_commit_after_the_next_batch_acknowledged_it_reads_nothing(spark: SparkS
     acknowledged N already: that ``commit`` is answered in the reader's process, without a look
     at the subscriptions table. A commit of a batch not acknowledged yet still acknowledges it."""
     first = append(spark, queue, 0, 3)
-    reader = FlowQueueDataSource({"queue": queue.path}).streamReader(None)
+    source = FlowQueueDataSource({"queue": queue.path})
+    reader = source.streamReader(source.schema())  # as Spark starts a query: its schema asked, then its reader
     start = reader.initialOffset()
     end = reader.latestOffset(start, ReadAllAvailable())
     assert offset_position(end) == Position(first)
@@ -339,6 +340,25 @@ def test_failed_batch_is_not_acknowledged_and_is_delivered_again(spark: SparkSes
     assert seen == [(1, list(range(10, 20))), (2, list(range(20, 30)))]
     assert queue.subscriptions.get("default").position == versions[-1]
     assert queue.depths() == {"default": Depth(0, 0)}
+
+
+def test_the_end_moves_past_commits_without_messages(spark: SparkSession, queue: Queue, tmp_path: Path) -> None:
+    """As Delta's source moves past its non-data commits: every message read (with a read
+    limit: without one Spark asks for all there is, which always ended at the newest commit),
+    then a property change (ALTER TABLE ... SET TBLPROPERTIES) and a purge's commit; the next
+    run takes one batch of no messages that ends at the queue's newest version, and the
+    subscription is there too (its lag is 0, not two commits that hold nothing)."""
+    append(spark, queue, 0, 3)
+    stream = read_queue(spark, queue.path, maxRecordsPerTrigger=100)
+    assert [ids for _batch, ids in consume_batches(stream, tmp_path / "chk")] == [[0, 1, 2]]
+    spark.sql(f"ALTER TABLE delta.`{queue.path}` SET TBLPROPERTIES ('delta.logRetentionDuration' = 'interval 60 days')")
+    assert purge_acknowledged(spark, queue.path) == 3
+    latest = queue.refresh()
+
+    assert consume_batches(stream, tmp_path / "chk") == [(1, [])]
+    end = json.loads((tmp_path / "chk" / "offsets" / "1").read_text().splitlines()[-1])
+    assert offset_position(end) == Position(latest)
+    assert queue.subscriptions.get("default").acknowledged == Position(latest)
 
 
 def test_a_second_query_on_a_live_subscription_is_refused(spark: SparkSession, queue: Queue, tmp_path: Path) -> None:
