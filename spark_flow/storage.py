@@ -216,15 +216,18 @@ def file_system(location: str, options: Mapping[str, str]) -> tuple[Any, str]:
 
 def remove_location(location: str, options: Mapping[str, str]) -> None:
     """Remove everything at ``location`` (a directory and what it holds, or a file): nothing if
-    there is nothing."""
+    there is nothing. Hadoop's ABFS, on a storage account without a hierarchical namespace,
+    marks a directory with an empty blob of its own name, which pyarrow takes for a file: once
+    it is removed, the directory's blobs are."""
     from pyarrow.fs import FileType
 
     files, path = file_system(location, options)
-    kind = files.get_file_info(path).type
-    if kind == FileType.Directory:
-        files.delete_dir(path)
-    elif kind == FileType.File:
-        files.delete_file(path)
+    for _marker_then_directory in range(2):
+        kind = files.get_file_info(path).type
+        if kind == FileType.Directory:
+            files.delete_dir(path)
+        elif kind == FileType.File:
+            files.delete_file(path)
 
 
 def holds_anything(location: str, options: Mapping[str, str]) -> bool:

@@ -19,6 +19,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
+from deltalake.fs import DeltaStorageHandler
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
@@ -164,13 +165,15 @@ def _queue_without_spark(store: Store, name: str) -> Queue:
     return queue
 
 
-@pytest.mark.parametrize("store", ["local", "s3"], indirect=True)
+@pytest.mark.parametrize("store", ["local", "s3", "abfs"], indirect=True)
 def test_the_command_removes_table_state_and_registration(store: Store, tmp_path: Path) -> None:
-    """``spark-flow delete`` (no Spark) on local storage and on S3: an unknown queue names the
-    registered ones, ``--if-empty`` refuses and removes nothing; then the table, the state
-    location and the registration are gone, and a handle opened before can neither look at the
-    queue nor write its state (nothing is made again at its state location)."""
+    """``spark-flow delete`` (no Spark) on local storage, S3 and Azure Blob: an unknown queue
+    names the registered ones, ``--if-empty`` refuses and removes nothing; then the table, the
+    state location and the registration are gone, and a handle opened before can neither look
+    at the queue nor write its state (nothing is made again at its state location)."""
     queue = _queue_without_spark(store, "events")
+    if store.kind == "abfs":  # the empty blob Hadoop's ABFS marks a directory with, as Spark leaves it
+        DeltaStorageHandler(store.root, store.options).open_output_stream("queues/events").close()
     properties = tmp_path / "storage.conf"
     properties.write_text("".join(f"{key} {value}\n" for key, value in store.conf.items()))
 
