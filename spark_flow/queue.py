@@ -4,11 +4,12 @@ A queue is an append-only Delta table with Change Data Feed on, its limits in ``
 properties, and its own small tables at its state location (``flow.stateLocation``):
 subscriptions, transition history, run-time settings and hold times. Positions are the table's
 commit versions with a message index inside a commit (:class:`~spark_flow.ledger.Position`):
-the queue's own log is the queue. A queue deleted (``FlowAdmin.delete_queue``, ``DROP TABLE``,
-its directory removed) raises :class:`QueueNotFoundError` at the next look of every process, and
-its state is never written again (:class:`~spark_flow.tables.Owner`). A :class:`Queue` needs no SparkSession (it reads the log with
+the queue's own log is the queue. A :class:`Queue` needs no SparkSession (it reads the log with
 ``deltalake``), so the same code runs on the driver and in Python data source workers; declaring
-a queue (:mod:`spark_flow.declare`) needs Spark, because catalog tables and DDL live there.
+a queue (:mod:`spark_flow.declare`) needs Spark, because catalog tables and DDL live there. A
+queue deleted (``FlowAdmin.delete_queue``, ``DROP TABLE``, its directory removed) raises
+:class:`QueueNotFoundError` at every process's next look, and its state is never written again
+(:class:`~spark_flow.tables.Owner`).
 """
 
 from __future__ import annotations
