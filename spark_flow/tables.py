@@ -14,6 +14,7 @@ queue is deleted, nothing writes its state again, so nothing is recreated in its
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import time
@@ -21,7 +22,7 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from spark_flow.exceptions import QueueNotFoundError
+from spark_flow.exceptions import ConfigurationError, QueueNotFoundError
 from spark_flow.storage import remove_location
 
 if TYPE_CHECKING:
@@ -172,9 +173,10 @@ class Owner:
 
     def clear(self) -> None:
         """Remove what a write that raced the queue's deletion left at the queue's location and
-        in its state location."""
+        in its state location (where spark-flow can remove files: not on ``gs://``, ``hdfs://``)."""
         for location in (self.path, self.state_location):
-            remove_location(location, self.storage_options)
+            with contextlib.suppress(ConfigurationError):
+                remove_location(location, self.storage_options)
 
 
 class RecordTable:

@@ -29,13 +29,13 @@ from streams import is_held, spark_conf, start_producer, wait_until
 from spark_flow.admin import FlowAdmin
 from spark_flow.cli import main
 from spark_flow.declare import declare
-from spark_flow.exceptions import QueueNotFoundError
+from spark_flow.exceptions import ConfigurationError, QueueNotFoundError
 from spark_flow.listener import FlowProgressListener
 from spark_flow.observation import observe
 from spark_flow.queue import HOME_PROPERTY, QUEUE_NAME, STATE_LOCATION, Queue
 from spark_flow.sink import QueueSink
 from spark_flow.source import read_queue
-from spark_flow.storage import holds_anything
+from spark_flow.storage import holds_anything, remove_location
 
 SCHEMA = "id BIGINT, producer STRING"
 FAST = {"capacity": 10, "pollInterval": "200ms"}  # a held producer looks at its queue 5 times a second
@@ -219,3 +219,9 @@ def test_controller_and_listener_stop_looking_at_a_gone_queue(tmp_path: Path, ca
     gone = [r.getMessage() for r in caplog.records if r.name == "spark_flow.listener"]
     assert len(gone) == 1 and "queue 'events' not found: its table at" in gone[0]
     assert not os.path.exists(queue.path)
+
+
+def test_removing_files_elsewhere_is_refused_naming_the_schemes() -> None:
+    with pytest.raises(ConfigurationError, match=r"location='gs://flow/queues/events' is not valid: allowed is a "
+                                                 r"local path, s3:// \(s3a://\), abfs:// \(abfss://\) or az://"):
+        remove_location("gs://flow/queues/events", {})
