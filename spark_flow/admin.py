@@ -1,6 +1,6 @@
 """The operator's API over a home: :class:`FlowAdmin` (the ``spark-flow`` CLI and notebooks use
-it). It reads the registry, status and history tables, and issues commands the controller
-applies; it needs no SparkSession.
+it). It reads the registry, status and history tables, issues commands the controller applies,
+and deletes queues; it needs no SparkSession.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from spark_flow.commands import ALL_QUEUES, CommandLog, command_settings, with_settings
 from spark_flow.config import home_thresholds, queue_settings
 from spark_flow.dead_letter_queue import dead_letter_queue, replay
+from spark_flow.deletion import DeletedQueue, delete_queue
 from spark_flow.exceptions import ConfigurationError, HistoryNotFoundError, QueueNotFoundError
 from spark_flow.home import Registry
 from spark_flow.homeflow import HOME_QUEUE, HOME_ROW, open_home
@@ -46,6 +47,7 @@ class FlowAdmin:
     >>> admin.set("events", stopCount=900, resumeCount=500)
     >>> admin.set_home(homeStopCount=100_000)     # hold every producer while the home's queues hold more
     >>> admin.plot("events", "/tmp/events.png")
+    >>> admin.delete_queue("events", if_unused=True)  # refused while a query reads it
     """
 
     def __init__(self, home: str, storage_options: Mapping[str, str] | None = None) -> None:
@@ -167,6 +169,19 @@ class FlowAdmin:
             if command.target == queue.name or pattern_matches(command.target, queue.name):
                 runtime = with_settings(runtime, command_settings(command.command, command.settings))
         return runtime
+
+    def delete_queue(self, name: str, *, if_empty: bool = False, if_unused: bool = False) -> DeletedQueue:
+        """Delete queue ``name``: its table, its state location (subscriptions, history, run-time
+        settings, hold times, writer claims), its registration and status rows, at once. Its
+        producers and consumers fail at their next look with :class:`QueueNotFoundError`, and
+        nothing is written in its place again.
+
+        ``if_empty`` refuses while a subscription has messages it has not acknowledged,
+        ``if_unused`` while a live query reads one (RabbitMQ's ``delete_queue`` guards); a
+        catalog table is refused too (drop it in Spark first). A refusal raises
+        :class:`~spark_flow.exceptions.QueueDeleteRefusedError` and removes nothing.
+        """
+        return delete_queue(self.home, name, self.storage_options, if_empty=if_empty, if_unused=if_unused)
 
     def status(self, target: str | None = None) -> pd.DataFrame:
         """The status table (as the controller last wrote it), optionally for the queues ``target``

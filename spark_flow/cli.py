@@ -6,7 +6,7 @@ Spark job has (``--properties-file``, the ``spark.hadoop.fs.s3a.*`` / ``fs.azure
 ``spark.flow.storage.*`` entries of a spark-defaults.conf) and ``--storage-option KEY=VALUE``. Commands that change something (``set``,
 ``unset``, ``stop-producers``, ``start-producers``) are checked, appended to the commands table and applied
 by the controller in order; ``set-home`` / ``unset-home`` (the home-wide limits) are recorded with the
-home at once.
+home at once; ``delete`` removes a queue at once (its producers and consumers fail at their next look).
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ def _parser() -> argparse.ArgumentParser:
                "  spark-flow stop-producers 'events.>'      # a pattern; no target: every queue\n"
                "  spark-flow plot events --out events.png\n"
                "  spark-flow replay-dead-letters events   # its poison messages back, once the consumer is fixed\n"
+               "  spark-flow delete events --if-empty --if-unused   # refused while it has messages or consumers\n"
                "  spark-flow --home s3a://bucket/flow --properties-file conf/object-storage.conf status")
     parser.add_argument("--home", default=os.environ.get(HOME_ENV),
                         help=f"the control plane's location ({HOME_CONF}); default ${HOME_ENV}")
@@ -97,6 +98,12 @@ def _parser() -> argparse.ArgumentParser:
     replay = commands.add_parser("replay-dead-letters",
                                  help="append a queue's dead letters not replayed yet back into the queue, once")
     replay.add_argument("queue")
+    delete = commands.add_parser("delete", help="delete a queue: its table, state and registration (a catalog "
+                                                "table: DROP TABLE it in Spark first)")
+    delete.add_argument("queue", help="a registered queue's name")
+    delete.add_argument("--if-empty", action="store_true",
+                        help="refuse while a subscription has messages it has not acknowledged")
+    delete.add_argument("--if-unused", action="store_true", help="refuse while a live query reads the queue")
 
     plot = commands.add_parser("plot", help="PNG of depth against the thresholds over time, stopped intervals shaded")
     plot.add_argument("queue")
@@ -194,6 +201,10 @@ def _run(admin: FlowAdmin, args: argparse.Namespace, conf: dict[str, str]) -> No
         rows = [{**c.__dict__, "settings": " ".join(f"{k}={v}" for k, v in c.settings.items())}
                 for c in admin.commands.read()]
         _print_table(rows, [(k, k) for k in ("id", "command", "target", "settings", "issued_at")])
+    elif args.command == "delete":
+        deleted = admin.delete_queue(args.queue, if_empty=args.if_empty, if_unused=args.if_unused)
+        state = f"its state at {deleted.state_location}" if deleted.state_location else "no state left"
+        print(f"queue {deleted.name!r} deleted: its table at {deleted.path}, {state}, its registration in {admin.home}")
     elif args.command == "plot":
         default = "home" if args.queue == ALL_QUEUES else args.queue
         print(admin.plot(args.queue, args.out or f"{default}-depth.png", args.subscription))

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from spark_flow.commands import HOME_COMMANDS, command_settings, with_settings
 from spark_flow.config import queue_settings
-from spark_flow.exceptions import SubscriptionNotFoundError
+from spark_flow.exceptions import QueueNotFoundError, SubscriptionNotFoundError
 from spark_flow.flowstep import step_rows
 from spark_flow.homeflow import HOME_QUEUE, HOME_ROW, home_depth, open_home
 from spark_flow.ledger import Depth
@@ -51,11 +51,7 @@ class ControllerSink:
         history = []
         for row in sorted((r for r in rows if r["kind"] == "command"), key=lambda r: r["command_id"]):
             history.append(self._apply(row))
-        statuses = [r for r in rows if r["kind"] == "status"]
-        for row in statuses:
-            self._transition(row)
-            if row["event"] == "evict":
-                open_queue(row["path"], self.storage_options).acknowledge(row["subscription"], row["latest"], discarded=row["depth_count"])
+        statuses = [r for r in rows if r["kind"] == "status" and self._settle(r)]
         events = [r for r in rows if r["kind"] == "event"]
         for row in events:
             log.info("queue %r subscription %r %s (%s): depth %d, flowStoppedCount %d", row["queue"],
@@ -113,6 +109,20 @@ class ControllerSink:
             log.error("queue %r: %s failed: %s", row["queue"], detail, error)
             event, detail = "command-failed", f"{detail}: {error}"
         return _history_row({**row, "time": row["time"] or now_ms()}, event, detail)
+
+    def _settle(self, row: Mapping[str, Any]) -> bool:
+        """Record the row's transition and evict a stalled subscription it skips; False (logged)
+        for a queue deleted since this batch looked at it: it gets no status row, and its keys
+        time out."""
+        try:
+            self._transition(row)
+            if row["event"] == "evict":
+                open_queue(row["path"], self.storage_options).acknowledge(row["subscription"], row["latest"],
+                                                                           discarded=row["depth_count"])
+        except QueueNotFoundError as error:
+            log.warning("queue %r: %s", row["queue"], error)
+            return False
+        return True
 
     def _transition(self, row: Mapping[str, Any]) -> None:
         """Record the controller's transition in the subscriptions table, if nobody did yet, and

@@ -24,7 +24,7 @@ from spark_flow.homeflow import open_home
 from spark_flow.keys import PROPERTY_PREFIX, conf_settings, is_setting, queue_setting, session_flow_conf, setting_name
 from spark_flow.ledger import METADATA_KEY
 from spark_flow.names import QueueRef, normalize_path, queue_ref
-from spark_flow.queue import HOME_PROPERTY, PURGE_APP_ID, QUEUE_NAME, STATE_LOCATION, Queue, open_queue
+from spark_flow.queue import CATALOG_TABLE, HOME_PROPERTY, PURGE_APP_ID, QUEUE_NAME, STATE_LOCATION, Queue, open_queue
 from spark_flow.runtime_settings import RUNTIME_SETTINGS_FOLDER, RuntimeSettings
 from spark_flow.storage import session_storage_options
 from spark_flow.subscriptions import DEFAULT_SUBSCRIPTION
@@ -131,6 +131,8 @@ def _adopt(spark: SparkSession, ref: QueueRef, detail: Mapping[str, Any], wanted
     queue_settings(ref.name, has, missing, properties, runtime)  # the whole as it will be, before any write
     properties.setdefault(QUEUE_NAME, has.get(QUEUE_NAME, ref.name))
     properties.setdefault(STATE_LOCATION, state)
+    if ref.table is not None:
+        properties.setdefault(CATALOG_TABLE, detail["name"])
     if home:
         properties.setdefault(HOME_PROPERTY, home)
     properties["delta.enableChangeDataFeed"] = "true"
@@ -155,7 +157,8 @@ def _create(spark: SparkSession, ref: QueueRef, wanted: StructType | None, prope
         raise QueueNotFoundError(str(ref.path), "the path holds files that are not a Delta table; "
                                                 "declare a queue on an empty path or on a Delta table")
     location = normalize_path(detail["location"])
-    spark.sql(f"ALTER TABLE {ref.sql} SET TBLPROPERTIES ({_sql_properties({STATE_LOCATION: state_location(location)})})")
+    recorded = {STATE_LOCATION: state_location(location), **({CATALOG_TABLE: detail["name"]} if ref.table else {})}
+    spark.sql(f"ALTER TABLE {ref.sql} SET TBLPROPERTIES ({_sql_properties(recorded)})")
     return location
 
 

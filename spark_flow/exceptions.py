@@ -41,6 +41,17 @@ class QueueNotFoundError(SparkFlowError, LookupError):
         super().__init__(f"queue {queue!r} not found: {reason}")
 
 
+class QueueDeleteRefusedError(SparkFlowError):
+    """Thrown when a queue is not deleted, before anything is removed: it has messages
+    (``if_empty``), a consumer reads it (``if_unused``), as RabbitMQ's ``delete_queue`` guards,
+    or it is a catalog table, which only Spark can drop."""
+
+    def __init__(self, queue: str, reason: str, allowed: str) -> None:
+        self.queue = queue
+        self.reason = reason
+        super().__init__(f"queue {queue!r} was not deleted: {reason}; allowed is {allowed}")
+
+
 class HistoryNotFoundError(SparkFlowError, LookupError):
     """Thrown when a plot or report needs the controller's samples and there are none yet."""
 

@@ -20,7 +20,7 @@ from dataclasses import asdict, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from spark_flow.tables import RecordTable
+from spark_flow.tables import Owner, RecordTable
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -62,12 +62,13 @@ def transition_detail(depth: Depth, thresholds: Thresholds, at: datetime) -> str
 
 
 class HistoryTable:
-    """Flow transitions of one queue, at ``location``."""
+    """Flow transitions of one queue, at ``location`` (written while ``owner``, the queue, is there)."""
 
-    def __init__(self, location: str, queue: str, storage_options: Mapping[str, str] | None = None) -> None:
+    def __init__(self, location: str, queue: str, storage_options: Mapping[str, str] | None = None, *,
+                 owner: Owner | None = None) -> None:
         self.location = location
         self.queue = queue
-        self._table = RecordTable(location, storage_options)
+        self._table = RecordTable(location, storage_options, owner=owner)
         self._recorded: set[tuple[str, bool, int]] = set()  # states this process knows have their row
 
     def record(self, sub: Subscription) -> None:

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from spark_flow.tables import RecordTable, sql_string
+from spark_flow.tables import Owner, RecordTable, sql_string
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -31,10 +31,12 @@ def _schema() -> pa.Schema:
 
 class HoldTimes:
     """The completion holds of one queue's producer queries, at ``location``: one row per query,
-    its last held batch."""
+    its last held batch; written while ``owner``, the queue, is there (a producer stopped while
+    held by a deleted queue records nothing)."""
 
-    def __init__(self, location: str, storage_options: Mapping[str, str] | None = None) -> None:
-        self._table = RecordTable(location, storage_options)
+    def __init__(self, location: str, storage_options: Mapping[str, str] | None = None, *,
+                 owner: Owner | None = None) -> None:
+        self._table = RecordTable(location, storage_options, owner=owner)
 
     def record(self, query: str, batch: int, seconds: float) -> None:
         """Record that ``query``'s batch ``batch`` was held ``seconds`` after its writes."""

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from spark_flow.tables import RecordTable, read_rows
+from spark_flow.tables import RecordTable, read_rows, sql_string
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -65,6 +65,10 @@ class Registry:
                                     schema=_schema())
         self._table.upsert(rows, "t.name = s.name", lambda m: m.when_matched_update(
             {"path": "s.path"}, predicate="t.path <> s.path").when_not_matched_insert_all())
+
+    def unregister(self, name: str) -> None:
+        """Remove queue ``name`` (a deleted queue): the controller stops looking at it."""
+        self._table.delete(f"name = {sql_string(name)}")
 
     def queues(self) -> dict[str, str]:
         """Every registered queue: name -> table location; read again only when the table has a

@@ -136,7 +136,8 @@ QPID_ALIASES: dict[str, str] = {
 }
 
 #: Properties a declared queue carries that are facts about it, not settings.
-QUEUE_PROPERTIES: frozenset[str] = frozenset({"flow.queueName", "flow.stateLocation", "flow.home"})
+QUEUE_PROPERTIES: frozenset[str] = frozenset({"flow.queueName", "flow.stateLocation", "flow.home",
+                                              "flow.catalogTable"})
 
 Form = Literal["plain", "conf", "pattern", "property", "qpid"]
 _PREFIXES: dict[Form, str] = {"conf": CONF_PREFIX, "property": PROPERTY_PREFIX, "plain": ""}

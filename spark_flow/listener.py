@@ -7,6 +7,8 @@ runs the queries (classic) and in a Spark Connect client, whose foreachBatch fun
 the server: consumers are found by their ``flowqueue`` offsets, which name the queue and
 subscription; producers by the commits of the queues it watches, whose ``userMetadata`` names
 the query and micro-batch that wrote them (:class:`~spark_flow.sink.QueueSink` writes it).
+A queue that is gone (deleted, dropped) is reported nothing for, logged once: its own queries
+fail with :class:`~spark_flow.exceptions.QueueNotFoundError`, the listener goes on for the rest.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from pyspark.sql.streaming.listener import (
     StreamingQueryListener,
 )
 
+from spark_flow.exceptions import QueueNotFoundError
 from spark_flow.gate import GateStatus
 from spark_flow.home import Registry
 from spark_flow.ledger import Commit
@@ -105,6 +108,7 @@ class FlowProgressListener(StreamingQueryListener):
         self._registry = Registry(home, self.storage_options) if home else None
         self._seen: dict[str, int] = {}  # by queue path: the newest version looked at
         self._commits: dict[str, list[Commit]] = {}  # by queue path: sink commits not yet reported
+        self._gone: set[str] = set()  # queue paths found gone, logged once
 
     def onQueryStarted(self, event: QueryStartedEvent) -> None:
         """Nothing is known before the first batch."""
@@ -167,10 +171,26 @@ class FlowProgressListener(StreamingQueryListener):
         at a queue's first look)."""
         paths = self._paths + sorted(set((self._registry.queues() if self._registry else {}).values()) -
                                      set(self._paths))
+        looked = []
         for path in paths:
+            queue = self._open(path)
+            if queue is not None:
+                self._commits[path] = self._commits.get(path, []) + self._new_commits(queue, since)
+                looked.append((path, self._commits[path]))
+        return looked
+
+    def _open(self, path: str) -> Queue | None:
+        """The queue at ``path`` caught up with its log, None (logged once) when it is gone."""
+        try:
             queue = open_queue(path, self.storage_options)
-            self._commits[path] = self._commits.get(path, []) + self._new_commits(queue, since)
-        return [(path, self._commits[path]) for path in paths]
+            queue.refresh()
+        except QueueNotFoundError as error:
+            if path not in self._gone:
+                self._gone.add(path)
+                log.warning("not reporting queue %s: %s", path, error)
+            return None
+        self._gone.discard(path)
+        return queue
 
     @staticmethod
     def _report(queue: Queue, query_id: str, name: str | None, batch_id: int, commits: list[Commit],
@@ -184,8 +204,9 @@ class FlowProgressListener(StreamingQueryListener):
 
     def _new_commits(self, queue: Queue, since: int) -> list[Commit]:
         """The sink's commits to a queue since the last look. At the first look, those from
-        ``since`` (ms) on: the micro-batch that brought the queue to this listener's notice."""
-        latest = queue.refresh()
+        ``since`` (ms) on: the micro-batch that brought the queue to this listener's notice
+        (``queue`` is caught up: :meth:`_open`)."""
+        latest = queue.version()
         after = self._seen.get(queue.path)
         self._seen[queue.path] = latest
         if after is not None:
@@ -202,9 +223,9 @@ class FlowProgressListener(StreamingQueryListener):
         found = []
         for source in progress.sources:
             offset = flowqueue_offset(source.endOffset)
-            if offset is not None:
-                queue = open_queue(offset["queue"], self.storage_options)
-                latest = queue.refresh()
+            queue = self._open(offset["queue"]) if offset is not None else None
+            if offset is not None and queue is not None:
+                latest = queue.version()
                 sub = queue.subscriptions.get(offset["subscription"])
                 end = offset_position(offset)
                 depth = queue.ledger.depth(max(sub.acknowledged, end), latest)

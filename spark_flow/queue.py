@@ -6,7 +6,10 @@ subscriptions, transition history, run-time settings and hold times. Positions a
 commit versions with a message index inside a commit (:class:`~spark_flow.ledger.Position`):
 the queue's own log is the queue. A :class:`Queue` needs no SparkSession (it reads the log with
 ``deltalake``), so the same code runs on the driver and in Python data source workers; declaring
-a queue (:mod:`spark_flow.declare`) needs Spark, because catalog tables and DDL live there.
+a queue (:mod:`spark_flow.declare`) needs Spark, because catalog tables and DDL live there. A
+queue deleted (``FlowAdmin.delete_queue``, ``DROP TABLE``, its directory removed) raises
+:class:`QueueNotFoundError` at every process's next look, and its state is never written again
+(:class:`~spark_flow.tables.Owner`).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from typing import TYPE_CHECKING, Literal
 
 from spark_flow.config import QueueSettings, queue_settings
 from spark_flow.exceptions import ConfigurationError, PositionOutOfRangeError, QueueNotFoundError, UnknownKeyError
-from spark_flow.handles import shared
+from spark_flow.handles import forget, shared
 from spark_flow.history import HistoryTable
 from spark_flow.hold_times import HoldTimes
 from spark_flow.ledger import Depth, Ledger, Position
@@ -27,6 +30,7 @@ from spark_flow.names import normalize_path, queue_name
 from spark_flow.recorder import FlowRecorder
 from spark_flow.runtime_settings import RUNTIME_SETTINGS_FOLDER, RuntimeSettings
 from spark_flow.subscriptions import DEFAULT_SUBSCRIPTION, Subscription, SubscriptionTable
+from spark_flow.tables import Owner
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -35,6 +39,8 @@ if TYPE_CHECKING:
 
 QUEUE_NAME = "flow.queueName"
 STATE_LOCATION = "flow.stateLocation"
+#: The catalog table a queue was declared as (its full name): only Spark can drop it.
+CATALOG_TABLE = "flow.catalogTable"
 #: The home a queue was declared in (``spark.flow.home``): whose home-wide limits hold its producers.
 HOME_PROPERTY = "flow.home"
 #: The ``txnAppId`` of purge commits; its ``txnVersion`` is the queue version purged through.
@@ -69,10 +75,12 @@ class Queue:
         self.name: str = properties.get(QUEUE_NAME) or queue_name(self.path)
         self.ledger = Ledger(self._table)
         state = properties[STATE_LOCATION]
-        self.subscriptions = SubscriptionTable(posixpath.join(state, "subscriptions"), self.name, self.storage_options)
-        self.history = HistoryTable(posixpath.join(state, "history"), self.name, self.storage_options)
-        self.runtime_settings = RuntimeSettings(posixpath.join(state, RUNTIME_SETTINGS_FOLDER), self.storage_options)
-        self.hold_times = HoldTimes(posixpath.join(state, "holds"), self.storage_options)
+        self.owner = Owner(self.name, self.path, state, self._table.version, self.storage_options)
+        kept, owner = self.storage_options, self.owner  # the state tables are written while the queue is there
+        self.subscriptions = SubscriptionTable(posixpath.join(state, "subscriptions"), self.name, kept, owner=owner)
+        self.history = HistoryTable(posixpath.join(state, "history"), self.name, kept, owner=owner)
+        self.runtime_settings = RuntimeSettings(posixpath.join(state, RUNTIME_SETTINGS_FOLDER), kept, owner=owner)
+        self.hold_times = HoldTimes(posixpath.join(state, "holds"), kept, owner=owner)
         self.recorder = FlowRecorder(self.subscriptions, self.history,
                                      lambda sub: f"queue {self.name!r} subscription {sub!r}")
         self._settings: tuple[tuple[dict[str, str], dict[str, str]], QueueSettings] | None = None
@@ -86,8 +94,18 @@ class Queue:
         return self._table
 
     def refresh(self) -> int:
-        """Catch up with the queue's log; return its latest version."""
-        return self.ledger.refresh()
+        """Catch up with the queue's log; return its latest version.
+
+        Raises :class:`QueueNotFoundError` once the queue's table is gone: deltalake's catch-up
+        finds no new commit in a deleted log and keeps the state it had, which a held producer
+        would judge for ever. So a look that finds nothing new checks that the newest commit is
+        still there (one request)."""
+        before = self._table.version()
+        latest = self.ledger.refresh()
+        if latest == before and not self.owner.exists():
+            forget("queue", self.path)  # a queue declared again at this path gets a new handle
+            raise self.owner.gone()
+        return latest
 
     def version(self) -> int:
         """The queue's latest version as of the last :meth:`refresh`."""
@@ -211,8 +229,14 @@ class Queue:
     def read(self, after: Position, upto: Position) -> pa.Table:
         """The messages after position ``after`` up to position ``upto``, with ``_position``
         and ``_enqueue_time`` (the commit's version and time), in enqueue order
-        (:func:`~spark_flow.messages.read_messages`)."""
-        return read_messages(self._table, self.schema(), after, upto)
+        (:func:`~spark_flow.messages.read_messages`). A read that fails because the queue was
+        deleted raises :class:`QueueNotFoundError`."""
+        try:
+            return read_messages(self._table, self.schema(), after, upto)
+        except Exception as error:
+            if self.owner.exists():
+                raise
+            raise self.owner.gone() from error
 
 
 def open_queue(path: str, storage_options: Mapping[str, str] | None = None) -> Queue:

@@ -9,6 +9,11 @@ a declare, a process recording its conf's settings) fails it with Delta's
 ``MetadataChangedException``. Where Delta's commits are safe for one application only (S3 with
 the single-driver LogStore), the application claims the queue before its first write and renews
 the claim before each (:mod:`spark_flow.writer_claim`).
+
+A deleted queue is written nothing: each append first checks that the queue's table is there,
+and an append that races the deletion (its files written, its commit refused, or Delta's writer
+making a new table in the queue's place) removes what it left and raises
+:class:`~spark_flow.exceptions.QueueNotFoundError`.
 """
 
 from __future__ import annotations
@@ -53,7 +58,7 @@ class QueueWriter:
         self._claim: WriterClaim | None = None
         if needs_claim(queue.path, delta_conf):  # before this application writes anything there
             self._claim = WriterClaim(posixpath.join(queue.state_location, "writers"), queue.name, queue.path,
-                                      delta_conf.get("spark.app.id") or PROCESS, storage_options)
+                                      delta_conf.get("spark.app.id") or PROCESS, storage_options, owner=queue.owner)
             self._claim.renew()
         self._appender = DirectAppender(queue.path, storage_options)
         self._delta_writer_logged = False
@@ -61,6 +66,17 @@ class QueueWriter:
     def append(self, rows: DataFrame, app_id: str, txn_version: int, metadata: str) -> None:
         """Append ``rows`` as one commit, once for (``app_id``, ``txn_version``), with
         ``metadata`` as its ``userMetadata``."""
+        owner = self.queue.owner
+        owner.require()
+        try:
+            self._append(rows, app_id, txn_version, metadata)
+        except Exception as error:
+            if owner.exists():
+                raise
+            owner.clear()
+            raise owner.gone() from error
+
+    def _append(self, rows: DataFrame, app_id: str, txn_version: int, metadata: str) -> None:
         if self._claim is not None:  # only one application may write it: renew this one's claim
             self._claim.renew()
         if self._appender.append(rows, app_id, txn_version, metadata):
@@ -75,6 +91,8 @@ class QueueWriter:
         for attempt in itertools.count():
             try:
                 writer.save(self.queue.path)
+                if not self.queue.owner.exists():  # Delta's writer made a new table where the queue was
+                    raise self.queue.owner.gone()
                 return
             except conflicts as error:
                 if attempt >= _WRITE_RETRIES:

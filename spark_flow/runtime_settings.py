@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from spark_flow.tables import RecordTable, read_rows
+from spark_flow.tables import Owner, RecordTable, read_rows
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -36,11 +36,13 @@ def _schema() -> pa.Schema:
 
 
 class RuntimeSettings:
-    """The run-time settings of one queue, at ``location``, by setting name (``stopCount``)."""
+    """The run-time settings of one queue, at ``location``, by setting name (``stopCount``);
+    written while ``owner``, the queue, is there."""
 
-    def __init__(self, location: str, storage_options: Mapping[str, str] | None = None) -> None:
+    def __init__(self, location: str, storage_options: Mapping[str, str] | None = None, *,
+                 owner: Owner | None = None) -> None:
         self.location = location
-        self._table = RecordTable(location, storage_options)
+        self._table = RecordTable(location, storage_options, owner=owner)
         self._version = -1
         self._settings: dict[str, str] = {}
         self._applied = -1

@@ -47,7 +47,7 @@ from spark_flow.offsets import Offset, offset_position
 from spark_flow.queue import Queue, StartingPosition, open_queue
 from spark_flow.read_limits import DEFAULT_MAX_TRIGGER_DELAY, ReadLimits
 from spark_flow.storage import storage_options
-from spark_flow.subscriptions import DEFAULT_SUBSCRIPTION, Subscription
+from spark_flow.subscriptions import DEFAULT_SUBSCRIPTION, READER_TIMEOUT, Subscription
 from spark_flow.units import parse_count, parse_duration, parse_size
 
 if TYPE_CHECKING:
@@ -70,7 +70,7 @@ class SourceOptions:
     starting_position: StartingPosition | None = None
     max_partitions: int = 4
     downstream: tuple[str, ...] = ()
-    reader_timeout: float = 30.0
+    reader_timeout: float = READER_TIMEOUT
     flow_conf: Mapping[str, Any] = field(default_factory=dict)
     storage_options: Mapping[str, str] = field(default_factory=dict)
 
@@ -93,7 +93,7 @@ class SourceOptions:
             starting_position=cast(StartingPosition, position.strip().lower()) if position else None,
             max_partitions=parse_count("maxPartitions", own.get("maxPartitions", 4), minimum=1),
             downstream=tuple(p.strip() for p in own.get("downstream", "").split(",") if p.strip()),
-            reader_timeout=parse_duration("readerTimeout", own.get("readerTimeout", "30s"), minimum=1.0),
+            reader_timeout=parse_duration("readerTimeout", own.get("readerTimeout", f"{READER_TIMEOUT:g}s"), minimum=1.0),
             flow_conf=conf,
             storage_options=storage_options(conf),
         )
@@ -290,7 +290,12 @@ class FlowQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         if self._target is not None:
             latest = min(latest, self._target)
         after = max(begin, position)
-        if latest <= after.version or self._downstream_stopped():
+        downstream = self._downstream()
+        if latest <= after.version:
+            for queue in downstream:  # idle, yet a deleted downstream queue ends the stage at this trigger
+                queue.refresh()
+            return start
+        if any(Gate(queue).observe().stopped for queue in downstream):
             return start
         waited = math.inf if self._target is not None else time.monotonic() - self._last_batch
         end = self.settings.limits.end(queue.ledger.commits(after.version, latest), after.index, waited, limit)
@@ -299,11 +304,11 @@ class FlowQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._last_batch = time.monotonic()
         return self._offset(end)
 
-    def _downstream_stopped(self) -> bool:
-        """Whether a downstream queue is flow-stopped. This stage writes those queues, so at its
-        first look the queue settings its Spark conf gives are recorded with them, as a
-        producer's are, and they are recorded as its subscription's downstream (held back by
-        them, it is not stalled). Gates are made per call: the reader is pickled to read tasks, and
+    def _downstream(self) -> list[Queue]:
+        """The queues this stage writes. While one is flow-stopped, it admits nothing. It writes
+        them, so at its first look the queue settings its Spark conf gives are recorded with them,
+        as a producer's are, and they are recorded as its subscription's downstream (held back by
+        them, it is not stalled). Opened per call: the reader is pickled to read tasks, and
         deltalake handles do not pickle."""
         downstream = [open_queue(path, self.settings.storage_options) for path in self.settings.downstream]
         if not self._recorded:
@@ -311,7 +316,7 @@ class FlowQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                 record_queue_conf(queue, self.settings.flow_conf)
             self._queue.subscriptions.add_downstream(self.settings.subscription, [q.path for q in downstream])
             self._recorded = True
-        return any(Gate(queue).observe().stopped for queue in downstream)
+        return downstream
 
     def reportLatestOffset(self) -> Offset:
         """The queue's newest version, for query progress (``latestOffset`` in the source's metrics)."""
@@ -324,7 +329,9 @@ class FlowQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         A ring queue may have moved the subscription past ``start`` (it discarded the oldest
         messages): those are not read.
         """
-        position = self._queue.subscriptions.get(self.settings.subscription).acknowledged
+        queue = self._queue
+        queue.owner.require()  # a queue deleted since latestOffset: fail here, not in the read tasks
+        position = queue.subscriptions.get(self.settings.subscription).acknowledged
         after, upto = max(offset_position(start), position), offset_position(end)
         if upto <= after:
             return []

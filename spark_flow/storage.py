@@ -7,15 +7,23 @@ are derived here, once, from the same conf, and ``spark.flow.storage.<deltalake 
 any option explicitly (it wins). The options are passed to every ``deltalake`` call: to Python
 workers in the source's options, to the CLI from a properties file or ``--storage-option``.
 A message shows a secret's value only as ``***`` (:func:`secret_shown`).
+
+deltalake has no call that removes files (a deleted queue's table and state): pyarrow's file
+systems do, reached with the same options (:func:`file_system`), on local paths, S3 and ABFS.
+deltalake's own file system handler was not enough: on S3 it leaves the directory markers
+Hadoop's S3A writes (keys ending in ``/``), on a local disk the empty directories.
 """
 
 from __future__ import annotations
 
+import os
+import posixpath
 import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from spark_flow.exceptions import ConfigurationError
+from spark_flow.names import normalize_path
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -130,3 +138,101 @@ def as_conf(options: Mapping[str, str]) -> dict[str, str]:
 def secret_shown(key: str, value: object) -> object:
     """A value as a message may show it: ``***`` when its key names a secret."""
     return "***" if _SECRET.search(key) else value
+
+
+def _option(options: Mapping[str, str], *names: str) -> str | None:
+    """The first of ``names`` (deltalake's spellings of one option) that ``options`` sets."""
+    return next((options[name] for name in names if options.get(name)), None)
+
+
+def _authority(url: str) -> tuple[str, str]:
+    """An endpoint URL as pyarrow takes it: ``host[:port]`` and its scheme."""
+    scheme, _, rest = url.partition("://")
+    return rest.split("/", 1)[0], scheme or "https"
+
+
+def _s3_file_system(options: Mapping[str, str]) -> Any:
+    from pyarrow.fs import S3FileSystem
+
+    endpoint = _option(options, "aws_endpoint_url", "aws_endpoint", "endpoint_url", "endpoint")
+    authority, scheme = _authority(endpoint) if endpoint else (None, "https")
+    return S3FileSystem(
+        access_key=_option(options, "aws_access_key_id", "access_key_id"),
+        secret_key=_option(options, "aws_secret_access_key", "secret_access_key"),
+        session_token=_option(options, "aws_session_token", "aws_token", "session_token", "token"),
+        region=_option(options, "aws_region", "region", "aws_default_region"),
+        endpoint_override=authority, scheme=scheme,
+        force_virtual_addressing=_option(options, "aws_virtual_hosted_style_request",
+                                         "virtual_hosted_style_request") == "true")
+
+
+def _azure_file_system(account: str | None, options: Mapping[str, str]) -> Any:
+    from pyarrow.fs import AzureFileSystem
+
+    account = account or _option(options, "azure_storage_account_name", "account_name")
+    if not account:
+        raise ConfigurationError(STORAGE_PREFIX + "azure_storage_account_name", None, "the storage account's name, "
+                                 "or a location abfs[s]://<container>@<account>.dfs.core.windows.net/...")
+    endpoint = _option(options, "azure_storage_endpoint", "azure_endpoint", "endpoint")
+    authority, scheme = _authority(endpoint) if endpoint else (None, None)
+    key = _option(options, "azure_storage_account_key", "azure_storage_access_key", "account_key", "access_key",
+                  "azure_storage_master_key", "master_key")
+    sas = _option(options, "azure_storage_sas_key", "azure_storage_sas_token", "sas_key", "sas_token")
+    client = {name: _option(options, f"azure_{name}", f"azure_storage_{name}", name)
+              for name in ("client_id", "client_secret", "tenant_id")}
+    return AzureFileSystem(account_name=account, account_key=key, sas_token=None if key else sas,
+                           blob_storage_authority=authority,
+                           dfs_storage_authority=authority, blob_storage_scheme=scheme, dfs_storage_scheme=scheme,
+                           **{name: value for name, value in client.items() if value})
+
+
+def file_system(location: str, options: Mapping[str, str]) -> tuple[Any, str]:
+    """A pyarrow file system reaching ``location`` with deltalake's storage ``options`` (the same
+    endpoint and credentials), and the location's path in it: what removes files where
+    deltalake has no call for it (a queue's deletion).
+
+    Raises
+    ------
+    ConfigurationError
+        A scheme other than a local path, ``s3``/``s3a``/``s3n``, ``abfs``/``abfss``/``az``.
+    """
+    from pyarrow.fs import LocalFileSystem
+
+    location = normalize_path(location)
+    if "://" not in location:
+        return LocalFileSystem(), os.path.abspath(location)
+    scheme, _, rest = location.partition("://")
+    rest = rest.rstrip("/")
+    if scheme.lower() in ("s3", "s3a", "s3n"):
+        return _s3_file_system(options), rest
+    if scheme.lower() in ("abfs", "abfss", "az", "azure"):
+        host, _, path = rest.partition("/")
+        container, _, account_host = host.partition("@")
+        account = account_host.split(".", 1)[0] if account_host else None
+        return _azure_file_system(account, options), posixpath.join(container, path).rstrip("/")
+    raise ConfigurationError("location", location, "a local path, s3:// (s3a://), abfs:// (abfss://) or az://: "
+                             "removing files elsewhere (gs://, hdfs://) is not supported here")
+
+
+def remove_location(location: str, options: Mapping[str, str]) -> None:
+    """Remove everything at ``location`` (a directory and what it holds, or a file): nothing if
+    there is nothing. Hadoop's ABFS, on a storage account without a hierarchical namespace,
+    marks a directory with an empty blob of its own name, which pyarrow takes for a file: once
+    it is removed, the directory's blobs are."""
+    from pyarrow.fs import FileType
+
+    files, path = file_system(location, options)
+    for _marker_then_directory in range(2):
+        kind = files.get_file_info(path).type
+        if kind == FileType.Directory:
+            files.delete_dir(path)
+        elif kind == FileType.File:
+            files.delete_file(path)
+
+
+def holds_anything(location: str, options: Mapping[str, str]) -> bool:
+    """Whether anything is at ``location``: a file, or a directory (holding files or not)."""
+    from pyarrow.fs import FileType
+
+    files, path = file_system(location, options)
+    return bool(files.get_file_info(path).type != FileType.NotFound)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from spark_flow.exceptions import QueueNotFoundError, SubscriptionInUseError, SubscriptionNotFoundError
 from spark_flow.ledger import Position
 from spark_flow.state import FlowState
-from spark_flow.tables import RecordTable, one_row, read_rows, retry_commit, sql_string
+from spark_flow.tables import Owner, RecordTable, one_row, read_rows, sql_string
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -103,6 +103,10 @@ def _schema() -> pa.Schema:
 _LATER_COLUMNS = {"index": "long", "last_transition_detail": "string", "expired_count": "long",
                   "dead_lettered_count": "long", "delivery": "string"}
 
+#: Seconds a subscription's reader may go unseen before it is taken to be gone (the ``flowqueue``
+#: source's default ``readerTimeout``: a live query renews its claim three times as often).
+READER_TIMEOUT = 30.0
+
 #: This process, as claims record it: ``host:pid``.
 PROCESS = f"{socket.gethostname()}:{os.getpid()}"
 
@@ -130,12 +134,14 @@ def age(seen: datetime | None) -> float:
 
 
 class SubscriptionTable:
-    """The subscriptions table of one queue, at ``location``."""
+    """The subscriptions table of one queue, at ``location`` (written while ``owner``, the
+    queue, is there)."""
 
-    def __init__(self, location: str, queue: str, storage_options: Mapping[str, str] | None = None) -> None:
+    def __init__(self, location: str, queue: str, storage_options: Mapping[str, str] | None = None, *,
+                 owner: Owner | None = None) -> None:
         self.location = location
         self.queue = queue
-        self._table = RecordTable(location, storage_options)
+        self._table = RecordTable(location, storage_options, owner=owner)
         self._listed: tuple[int, list[Subscription]] = (-1, [])  # the last list read, by table version
         self._columns_ready = False
 
@@ -283,20 +289,9 @@ class SubscriptionTable:
     def _add_columns(self) -> None:
         """Add the columns later versions brought to a table an older spark-flow created: its
         rows read ``index`` as 0 (whole-commit positions) and no transition detail."""
-        from deltalake.schema import Field, PrimitiveType
-
-        if self._columns_ready:
-            return
-
-        def add() -> None:
-            current = self._table.open()
-            names = current.schema().to_arrow().names if current is not None else []
-            fields = [Field(name, PrimitiveType(kind), nullable=True) for name, kind in _LATER_COLUMNS.items() if name not in names]
-            if current is not None and fields:
-                current.alter.add_columns(fields)
-
-        retry_commit(add)
-        self._columns_ready = True
+        if not self._columns_ready:
+            self._table.add_columns(_LATER_COLUMNS)
+            self._columns_ready = True
 
     def _merge(self, row: dict[str, Any], clauses: Callable[[TableMerger], TableMerger]) -> dict[str, Any]:
         """MERGE one row keyed by name."""

@@ -7,16 +7,23 @@ the controller's sink). Every change is an append or a MERGE whose predicate mak
 or raced change harmless; a commit that loses a race (``CommitFailedError``) is built again on
 a fresh snapshot. The first writer creates the table; one that loses that race merges into the
 table the winner created.
+
+A queue's tables are written only while the queue's own table is there (:class:`Owner`): once a
+queue is deleted, nothing writes its state again, so nothing is recreated in its place.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
+
+from spark_flow.exceptions import ConfigurationError, QueueNotFoundError
+from spark_flow.storage import remove_location
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -111,6 +118,67 @@ def _arrow_type(name: str, value: Any) -> pa.DataType:
     raise TypeError(f"{name}={value!r}: a one-row table holds str, int, bool, timezone-aware datetime or None")
 
 
+class Owner:
+    """The queue whose state a table holds: its tables are written only while the queue's table
+    is there. A write into a deleted queue's state (a held producer stopped after the deletion
+    recording its hold, a consumer's last acknowledgement, a table created at first use) would
+    recreate files in the queue's place; :class:`RecordTable` asks :meth:`require` before each.
+
+    The check is one request: is the newest commit this process read (``version()``, the
+    queue's handle) still in the log? Delta never cleans up a table's newest commit, and a
+    table deleted and made again at the same path starts its log over.
+
+    Parameters
+    ----------
+    queue : str
+        The queue's name, for the error.
+    path : str
+        The queue table's location.
+    state_location : str
+        Where the queue's own tables live (``<home>/<queue>``, ``<queue>/_flow``).
+    version : callable
+        The queue's newest version this process has read.
+    storage_options : mapping, optional
+    """
+
+    def __init__(self, queue: str, path: str, state_location: str, version: Callable[[], int],
+                 storage_options: Mapping[str, str] | None = None) -> None:
+        self.queue, self.path, self.state_location = queue, path, state_location
+        self.storage_options = dict(storage_options or {})
+        self._version = version
+        self._files: Any = None  # deltalake's file system on the table, made at the first look
+
+    def exists(self) -> bool:
+        """Whether the queue's table still has the newest commit this process read."""
+        from deltalake.exceptions import TableNotFoundError
+        from deltalake.fs import DeltaStorageHandler
+        from pyarrow.fs import FileType
+
+        try:
+            if self._files is None:
+                self._files = DeltaStorageHandler(self.path, self.storage_options or None)
+        except TableNotFoundError:  # a local directory that is gone
+            return False
+        commit = f"_delta_log/{self._version():020d}.json"
+        return bool(self._files.get_file_info([commit])[0].type != FileType.NotFound)
+
+    def require(self) -> None:
+        """Raise :class:`QueueNotFoundError` naming the queue once its table is gone."""
+        if not self.exists():
+            raise self.gone()
+
+    def gone(self) -> QueueNotFoundError:
+        return QueueNotFoundError(self.queue, f"its table at {self.path} is gone (deleted, dropped, or its "
+                                              "directory removed)")
+
+    def clear(self) -> None:
+        """Remove what a write that raced the queue's deletion left at the queue's location and
+        in its state location (where spark-flow can remove files: not on ``gs://``, ``hdfs://``)."""
+        for location in (self.path, self.state_location):
+            with contextlib.suppress(ConfigurationError):
+                remove_location(location, self.storage_options)
+
+
 class RecordTable:
     """One state table at ``location``; the handle is kept and caught up, not reopened.
 
@@ -119,11 +187,15 @@ class RecordTable:
     location : str
     storage_options : mapping, optional
         deltalake storage options (object store credentials).
+    owner : Owner, optional
+        The queue the table belongs to: the table is written only while that queue is there.
     """
 
-    def __init__(self, location: str, storage_options: Mapping[str, str] | None = None) -> None:
+    def __init__(self, location: str, storage_options: Mapping[str, str] | None = None, *,
+                 owner: Owner | None = None) -> None:
         self.location = location
         self.storage_options = dict(storage_options or {})
+        self.owner = owner
         self._table: DeltaTable | None = None
 
     def open(self) -> DeltaTable | None:
@@ -151,9 +223,11 @@ class RecordTable:
         if self.open() is not None:
             return False
         try:
-            write_deltalake(self.location, schema.empty_table(), mode="error",
-                            storage_options=self.storage_options or None)
+            self._written(lambda: write_deltalake(self.location, schema.empty_table(), mode="error",
+                                                  storage_options=self.storage_options or None))
             return True
+        except QueueNotFoundError:
+            raise
         except Exception:
             if self.open() is None:  # not the race: a real failure
                 raise
@@ -173,7 +247,7 @@ class RecordTable:
                                  merge_schema=merge_schema)
             return clauses(merger).execute()
 
-        return retry_commit(attempt)
+        return self._written(lambda: retry_commit(attempt))
 
     def delete(self, predicate: str) -> None:
         """Delete the rows matching ``predicate``."""
@@ -182,9 +256,37 @@ class RecordTable:
             if table is not None:
                 table.delete(predicate)
 
-        retry_commit(attempt)
+        self._written(lambda: retry_commit(attempt))
+
+    def add_columns(self, columns: Mapping[str, str]) -> None:
+        """Add the nullable columns (name -> deltalake primitive type) the table lacks: a table
+        an older spark-flow created."""
+        from deltalake.schema import Field, PrimitiveType
+
+        def attempt() -> None:
+            table = self.open()
+            names = table.schema().to_arrow().names if table is not None else []
+            fields = [Field(name, PrimitiveType(kind), nullable=True) for name, kind in columns.items() if name not in names]
+            if table is not None and fields:
+                table.alter.add_columns(fields)
+
+        self._written(lambda: retry_commit(attempt))
 
     def upsert(self, rows: pa.Table, predicate: str, clauses: Callable[[TableMerger], TableMerger]) -> None:
         """MERGE ``rows`` into the table, created first if it is not there yet."""
         self.create(rows.schema)
         self.merge(rows, predicate, clauses)
+
+    def _written(self, write: Callable[[], T]) -> T:
+        """Run a write of the table, only while its owner's queue is there. A write that fails
+        because the queue was deleted meanwhile leaves nothing: what it wrote is removed."""
+        if self.owner is None:
+            return write()
+        self.owner.require()
+        try:
+            return write()
+        except Exception as error:
+            if self.owner.exists():
+                raise
+            self.owner.clear()
+            raise self.owner.gone() from error

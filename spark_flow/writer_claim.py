@@ -23,7 +23,7 @@ from typing import Any
 
 from spark_flow.exceptions import QueueWriterConflictError
 from spark_flow.subscriptions import PROCESS, age, process_gone
-from spark_flow.tables import RecordTable
+from spark_flow.tables import Owner, RecordTable
 
 #: URI schemes whose Delta LogStore by default is safe for one application (S3SingleDriverLogStore).
 SINGLE_DRIVER_SCHEMES = ("s3", "s3a", "s3n")
@@ -63,9 +63,10 @@ class WriterClaim:
     """The claim of one application on one queue, in ``<state location>/writers``."""
 
     def __init__(self, location: str, queue: str, path: str, application: str,
-                 storage_options: Mapping[str, str] | None = None, timeout: float = WRITER_TIMEOUT) -> None:
+                 storage_options: Mapping[str, str] | None = None, timeout: float = WRITER_TIMEOUT, *,
+                 owner: Owner | None = None) -> None:
         self.queue, self.path, self.application, self.timeout = queue, path, application, timeout
-        self._table = RecordTable(location, storage_options)
+        self._table = RecordTable(location, storage_options, owner=owner)
         self._renewed = -math.inf  # time.monotonic() of the last renewal
 
     def renew(self) -> None:

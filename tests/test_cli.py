@@ -69,12 +69,13 @@ def test_set_home_records_the_home_limits_at_once(home: str, capsys: pytest.Capt
     (["set", "orders.eu", "stopAge=5s", "resumeAge=10s"], "resumeAge='10s' is not valid: allowed is a value <= stopAge=5s"),
     (["stop-producers", "payments"], "queue 'payments' not found: no registered queue matches"),
     (["subscriptions", "payments"], "queue 'payments' not found: not registered"),
+    (["delete", "payments"], "queue 'payments' not found: not registered in"),
     (["plot", "orders.eu"], "has no samples of subscription 'default' yet"),
     (["set-home", "homeStopCount=5", "homeResumeCount=9"], "homeResumeCount='9' is not valid: allowed is a value <= homeStopCount=5"),
     (["set-home", "homeStopCount=-5"], "homeStopCount='-5' is not valid: allowed is a whole number"),
     (["set-home", "stopCount=5"], "stopCount='5' is not valid: allowed is a home setting: homeStopCount"),
     (["set", "orders.eu", "homeStopCount=5"], "homeStopCount='5' is not valid: allowed is a queue setting here"),
-], ids=["not-a-number", "resume-above-stop", "no-value", "unknown-key", "age-resume-above-stop", "unknown-queue", "unknown-queue-subs",
+], ids=["not-a-number", "resume-above-stop", "no-value", "unknown-key", "age-resume-above-stop", "unknown-queue", "unknown-queue-subs", "delete-unknown-queue",
         "plot-no-history", "home-resume-above-stop", "home-negative", "home-queue-key", "queue-home-key"])
 def test_bad_input_one_line_error_and_nothing_written(home: str, argv: list[str], message: str,
                                                       capsys: pytest.CaptureFixture[str]) -> None:

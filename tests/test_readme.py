@@ -45,7 +45,9 @@ def test_readme_walkthrough_blocks_are_the_ones_this_test_runs() -> None:
     setup, controller, producer, consumer, operate = bash_blocks("Walkthrough")
     assert setup == [["source", ".venv/bin/activate"], ["export", "SPARK_CONF_DIR=$PWD/conf"]]
     assert [c[0] for c in (*controller, *producer, *consumer)] == ["spark-submit"] * 3
-    assert {c[1] for c in operate[1:]} == {"status", "set", "unset", "stop-producers", "start-producers", "plot"}
+    assert {c[1] for c in operate[1:]} == {"status", "set", "unset", "stop-producers", "start-producers", "plot",
+                                           "delete"}
+    assert operate[-1][1] == "delete"  # last: the walkthrough's queue is gone after it
 
 
 class Walkthrough:
@@ -92,7 +94,8 @@ def test_readme_walkthrough_as_written(tmp_path: Path) -> None:
     """The controller started with ``spark.flow.home`` only, the producer with stop 500 / resume
     300 in its own conf, then the slow consumer: the status shows 500 / 300 while the producer
     is held, one hold counts one stop however often the controller looks, every recorded stop
-    and resume keeps the thresholds, and ``flowStoppedCount`` is the number of stops."""
+    and resume keeps the thresholds, and ``flowStoppedCount`` is the number of stops. The last
+    command deletes the queue (no consumer reads it any more): its table, state and registration."""
     _setup, [controller], [producer], [consumer], operate = bash_blocks("Walkthrough")
     walk = Walkthrough(tmp_path)
     home, path = tmp_path / "home", tmp_path / "queues" / "events"
@@ -117,6 +120,8 @@ def test_readme_walkthrough_as_written(tmp_path: Path) -> None:
         made = finish(jobs[1], 300)
         assert made.returncode == 0, failure(made)
 
+        queue = Queue(str(path))
+        history, sub = queue.history.read(), queue.subscriptions.get("default")  # before the delete
         export, *commands = operate
         assert walk.words(export) == ["export", f"SPARK_FLOW_HOME={home}"]
         walk.env["SPARK_FLOW_HOME"] = str(home)
@@ -124,6 +129,7 @@ def test_readme_walkthrough_as_written(tmp_path: Path) -> None:
             result = walk.run(command, timeout=120, cwd=tmp_path)
             assert result.returncode == 0, failure(result)
         assert (tmp_path / "events.png").read_bytes()[:4] == b"\x89PNG"
+        assert not path.exists() and not Path(queue.state_location).exists() and admin.queues() == {}
     finally:
         for job in jobs:
             if job.poll() is None:
@@ -134,12 +140,10 @@ def test_readme_walkthrough_as_written(tmp_path: Path) -> None:
     assert produced and max(int(line["depth"]) for line in produced) <= 700, failure(made)
     consumed = progress(drained.stdout, "consumer")
     assert consumed, failure(drained)
-    queue = Queue(str(path))
-    stops = [r for r in queue.history.read() if r["flow_stopped"]]
-    sub = queue.subscriptions.get("default")
+    stops = [r for r in history if r["flow_stopped"]]
     assert [r["flow_stopped_count"] for r in stops] == list(range(1, sub.flow_stopped_count + 1))
     assert sub.flow_stopped_count == max(int(line["flowStoppedCount"]) for line in produced), failure(made)
-    assert_transitions_follow_thresholds(queue.history.read())
+    assert_transitions_follow_thresholds(history)
 
 
 def python_blocks(*sections: str) -> list[str]:
@@ -151,14 +155,16 @@ def python_blocks(*sections: str) -> list[str]:
 def test_readme_python_examples_as_written(spark: SparkSession, tmp_path: Path) -> None:
     """The README's Python examples in order, in one namespace, with their paths under a
     temporary folder: the queue fills, the controller registers it and writes its status, the
-    run-time commands are accepted, the plot is drawn."""
+    run-time commands are accepted, the plot is drawn; then the example's last lines stop the
+    queries and delete the queue: its table, state and registration are gone."""
     blocks = [block.replace("/data/", f"{tmp_path}/data/").replace("/chk/", f"{tmp_path}/chk/")
               .replace("/tmp/events.png", f"{tmp_path}/events.png")
               for block in python_blocks("How it works", "The flow controller, status and operator commands")]
     assert len(blocks) == 2
     namespace: dict[str, object] = {}
     try:
-        for block in blocks:
+        before, delete = blocks[1].split("for query in (producer, consumer):")
+        for block in (blocks[0], before):
             exec(compile(block, str(README), "exec"), namespace)
         admin = namespace["admin"]
         status = admin.status()  # type: ignore[attr-defined]
@@ -169,6 +175,10 @@ def test_readme_python_examples_as_written(spark: SparkSession, tmp_path: Path) 
         queue = namespace["queue"]
         queue.refresh()  # type: ignore[attr-defined]
         assert queue.settings().thresholds.resume_count == 600  # type: ignore[attr-defined]
+
+        exec(compile("for query in (producer, consumer):" + delete, str(README), "exec"), namespace)
+        assert admin.queues() == {} and not (tmp_path / "data" / "queues" / "events").exists()  # type: ignore[attr-defined]
+        assert list(admin.status()["queue"]) == []  # type: ignore[attr-defined]
     finally:
         for query in spark.streams.active:
             query.stop()
