@@ -12,7 +12,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
-from urllib.error import HTTPError
+from urllib.error import HTTPError, URLError
 from urllib.request import Request, urlopen
 
 import pyarrow as pa
@@ -28,9 +28,10 @@ SCHEMA = pa.schema([("id", pa.int64()), ("body", pa.string())])
 
 
 def make_queue(home: str | Path, name: str, settings: Mapping[str, object] | None = None,
-               base: str | Path | None = None) -> Queue:
+               base: str | Path | None = None, *, register: bool = True) -> Queue:
     """A queue ``name`` declared in ``home`` (its table under ``base``, default ``<home>/../queues``)
-    with ``settings`` as ``flow.*`` properties and a ``default`` subscription; registered."""
+    with ``settings`` as ``flow.*`` properties and a ``default`` subscription; registered unless
+    told not (thousands are registered in one commit: ``Registry.register_all``)."""
     home = str(home)
     path = str(Path(base) / name if base is not None else Path(home).parent / "queues" / name)
     write_deltalake(path, SCHEMA.empty_table(), mode="error", configuration={"delta.enableChangeDataFeed": "true"})
@@ -41,7 +42,8 @@ def make_queue(home: str | Path, name: str, settings: Mapping[str, object] | Non
     queue.refresh()
     queue.subscriptions.create_table()
     queue.subscriptions.create("default", -1)
-    Registry(home).register(name, queue.path)
+    if register:
+        Registry(home).register(name, queue.path)
     return queue
 
 
@@ -77,7 +79,8 @@ def serving(home: str | Path, **options: Any) -> Iterator[FlowServer]:
 
 
 def http(url: str, method: str = "GET", body: object = None, headers: Mapping[str, str] | None = None) -> tuple[int, str]:
-    """An HTTP request (a JSON body, if any); the status and the response's text, errors included."""
+    """An HTTP request (a JSON body, if any); the status and the response's text, errors included
+    (status 0: nobody answered)."""
     data = json.dumps(body).encode() if body is not None else None
     request = Request(url, data=data, method=method, headers=dict(headers or {}))
     try:
@@ -85,3 +88,5 @@ def http(url: str, method: str = "GET", body: object = None, headers: Mapping[st
             return response.status, response.read().decode()
     except HTTPError as error:
         return error.code, error.read().decode()
+    except URLError as error:
+        return 0, str(error.reason)

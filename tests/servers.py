@@ -10,6 +10,7 @@ import hashlib
 import hmac
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -156,8 +157,8 @@ def spark_standalone_cluster(work: Path, cores: int = 2, memory: str = "2g", tim
         yield f"spark://127.0.0.1:{port}"
 
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMEDRIVER = Path("/usr/bin/chromedriver")
+CHROMIUM = Path(shutil.which("chromium") or "/usr/bin/chromium")
+CHROMEDRIVER = Path(shutil.which("chromedriver") or "/usr/bin/chromedriver")
 #: What headless Chromium needs as root on a closed network: no sandbox (root), no GPU, nothing
 #: fetched or synced in the background.
 CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -191,8 +192,8 @@ def chromium(profile: Path, log: Path) -> Iterator[object]:
                 os.kill(pid, signal.SIGKILL)
 
 
-PROMETHEUS = Path("/usr/bin/prometheus")
-PROMTOOL = Path("/usr/bin/promtool")
+PROMETHEUS = Path(shutil.which("prometheus") or "/usr/bin/prometheus")
+PROMTOOL = Path(shutil.which("promtool") or "/usr/bin/promtool")
 
 
 @contextmanager

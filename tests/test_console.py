@@ -6,49 +6,17 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from homes import enqueue, look_as_a_producer, make_queue, serving
-from selenium.common.exceptions import StaleElementReferenceException
+from pages import classes, click, rows, shown, wait
 from selenium.webdriver.common.by import By
-from selenium.webdriver.support.wait import WebDriverWait
 
 from spark_flow.admin import FlowAdmin
 
 TOKEN = "a-token-of-thirty-two-characters"
-
-
-def wait(driver: Any, until: Callable[[Any], Any], timeout: float = 30) -> Any:
-    """Wait for the page (it polls the home every 2 s, drawing its rows and graph afresh) to show
-    ``until``; an element drawn over meanwhile is looked for again."""
-    return WebDriverWait(driver, timeout, poll_frequency=0.2,
-                         ignored_exceptions=[StaleElementReferenceException]).until(until)
-
-
-def click(driver: Any, css: str) -> None:
-    """Click the element ``css`` finds, once it is there (found again if drawn over)."""
-    wait(driver, lambda d: d.find_element(By.CSS_SELECTOR, css).click() or True)
-
-
-def shown(driver: Any, css: str) -> dict[str, dict[str, Any]]:
-    """The elements ``css`` finds, by their ``data-queue``: their classes and texts (of their
-    cells, for rows), read in one script so the page cannot draw in between."""
-    found = driver.execute_script("""
-        return [...document.querySelectorAll(arguments[0])].map((e) => ({
-            queue: e.getAttribute("data-queue"), classes: (e.getAttribute("class") || "").split(" ").filter(Boolean),
-            cells: [...e.querySelectorAll(":scope > td")].map((c) => c.innerText), text: e.textContent}));""", css)
-    return {e["queue"]: {**e, "classes": set(e["classes"])} for e in found}
-
-
-def rows(driver: Any) -> dict[str, dict[str, Any]]:
-    return shown(driver, "tr.queue")
-
-
-def classes(element: Any) -> set[str]:
-    return set((element.get_attribute("class") or "").split())
 
 
 def test_a_held_queue_is_shown_held_with_its_chart(browser: Any, tmp_path: Path) -> None:
