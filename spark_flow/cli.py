@@ -225,9 +225,10 @@ def _serve(admin: FlowAdmin, args: argparse.Namespace) -> None:
                             storage_options=admin.storage_options)
 
     def ready(server: Any) -> None:
-        mode = " (read-only)" if options.read_only else " (actions need a token)" if options.token else ""
-        print(f"spark-flow serve: {server.url} (the console{mode}; Prometheus metrics at /metrics) for home {admin.home}",
-              flush=True)
+        mode = ", read-only" if options.read_only else ", actions need a token" if options.token else ""
+        empty = "" if admin.queues() else " (no queue registered yet)"
+        print(f"spark-flow serve: {server.url} (the console{mode}; Prometheus metrics at /metrics) for home "
+              f"{admin.home}{empty}", flush=True)
 
     serve(options, ready)
 

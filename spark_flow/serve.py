@@ -96,17 +96,18 @@ def serve_options(home: str, port: Any = DEFAULT_PORT, bind: str = DEFAULT_BIND,
 
 
 class _Looker:
-    """One look at the home at a time; a request that arrives while one runs shares the next."""
+    """One reader of the home's tables at a time (a table handle is shared by the process and
+    not made for two threads at once); a request that arrives while a look runs shares the next."""
 
     def __init__(self, home: str, storage_options: Mapping[str, str]) -> None:
         self.home, self.storage_options = home, storage_options
-        self._lock = threading.Lock()
+        self.lock = threading.RLock()
         self._last: tuple[float, HomeView, float] | None = None
 
     def look(self) -> tuple[HomeView, float]:
         """A look that began after this call did: the home as it is now, and how long it took."""
         asked = time.monotonic()
-        with self._lock:
+        with self.lock:
             if self._last is None or self._last[0] < asked:
                 began = time.monotonic()
                 view = look(self.home, self.storage_options)
@@ -182,9 +183,10 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._json(HTTPStatus.OK, {**overview(view, read_only=self.server.options.read_only),
                                                   "token_needed": self._token_needed()})
             if url.path == "/api/chart":
-                view, _ = self.server.looker.look()
-                return self._json(HTTPStatus.OK, chart(self.server.admin, view, query.get("queue", ""),
-                                                       query.get("subscription", "default")))
+                with self.server.looker.lock:
+                    view, _ = self.server.looker.look()
+                    answer = chart(self.server.admin, view, query.get("queue", ""), query.get("subscription", "default"))
+                return self._json(HTTPStatus.OK, answer)
             if url.path == "/api/why":
                 view, _ = self.server.looker.look()
                 return self._json(HTTPStatus.OK, why(view, query.get("queue", "")))
@@ -201,7 +203,8 @@ class _Handler(BaseHTTPRequestHandler):
             request = json.loads(self.rfile.read(min(length, 65536)) or b"{}")
             if not isinstance(request, dict):
                 raise ConfigurationError("request", type(request).__name__, "a JSON object")
-            done = act(self.server.admin, request)
+            with self.server.looker.lock:
+                done = act(self.server.admin, request)
         except json.JSONDecodeError as error:
             return self._json(HTTPStatus.BAD_REQUEST, {"error": f"the request is not JSON: {error.msg}"})
         except SparkFlowError as error:

@@ -14,6 +14,7 @@ let token = "";
 let selected = null;   // the queue whose chart and explanation are shown
 let live = [];         // the selected queue's depth as polled, for a chart without a controller
 let lastChart = null;
+let lastData = null;   // the last overview
 
 function el(tag, attrs = {}, ...children) {
   const node = tag.startsWith("svg:") ? document.createElementNS(SVG, tag.slice(4)) : document.createElement(tag);
@@ -60,6 +61,7 @@ async function refresh() {
 }
 
 function render(data) {
+  lastData = data;
   document.getElementById("updated").textContent = `read at ${clock(data.at)}`;
   document.getElementById("controller").textContent = data.status_updated
     ? `controller status written ${ago(data.status_updated)}` : "no controller status yet";
@@ -71,7 +73,7 @@ function render(data) {
   renderPipeline(data, causes);
   const current = data.queues.find((q) => q.name === selected);
   if (current) {
-    const sub = current.subscriptions[0];
+    const sub = current.subscriptions.find((s) => s.name === charted(current));
     if (sub) live.push({ t: data.at, depth: sub.depth.count, stop: current.thresholds.stop_count,
                          resume: current.thresholds.resume_count, held: current.held, from: "page" });
     drawChart(current);
@@ -151,15 +153,26 @@ function renderPipeline(data, causes) {
 function select(name) {
   if (selected !== name) { selected = name; live = []; lastChart = null; }
   document.querySelectorAll("tr.queue").forEach((row) => row.classList.toggle("selected", row.dataset.queue === name));
-  document.getElementById("detail-title").textContent = `queue ${name}`;
+  const queue = lastData && lastData.queues.find((q) => q.name === name);
+  document.getElementById("detail-title").textContent = `queue ${name}` + (queue && queue.subscriptions.length > 1
+    ? `, subscription ${charted(queue)}` : "");
   loadDetail();
+}
+
+// The subscription a queue's chart shows: its default one, else its first.
+function charted(queue) {
+  const names = queue.subscriptions.map((s) => s.name);
+  return names.includes("default") ? "default" : names[0];
 }
 
 async function loadDetail() {
   if (!selected) return;
   const name = selected;
+  const queue = lastData && lastData.queues.find((q) => q.name === name);
+  const subscription = queue && charted(queue);
   try {
-    const [graph, why] = await Promise.all([getJSON(`/api/chart?queue=${encodeURIComponent(name)}&subscription=default`),
+    const chartUrl = `/api/chart?queue=${encodeURIComponent(name)}&subscription=${encodeURIComponent(subscription || "default")}`;
+    const [graph, why] = await Promise.all([getJSON(chartUrl),
                                             getJSON(`/api/why?queue=${encodeURIComponent(name)}`)]);
     if (name !== selected) return;
     lastChart = graph;
