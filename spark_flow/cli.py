@@ -200,11 +200,7 @@ def _run(admin: FlowAdmin, args: argparse.Namespace, conf: dict[str, str]) -> No
                 for c in admin.commands.read()]
         _print_table(rows, [(k, k) for k in ("id", "command", "target", "settings", "issued_at")])
     elif args.command == "why":
-        from spark_flow.view import look
-        from spark_flow.why import explain
-
-        for stage in explain(look(admin.home, admin.storage_options), args.queue):
-            print(stage.line())
+        print("\n".join(admin.why(args.queue)))
     elif args.command == "serve":
         _serve(admin, args)
     elif args.command == "plot":

@@ -120,8 +120,11 @@ class FlowProgressListener(StreamingQueryListener):
         super()._set_spark_session(session)
         register = getattr(threading, "_register_atexit", None)
         if register is not None and not self._closes_at_exit:
-            register(self.close)
-            self._closes_at_exit = True
+            try:
+                register(self.close)
+                self._closes_at_exit = True
+            except RuntimeError:  # added while the interpreter shuts down: nothing to wait for
+                pass
 
     def onQueryStarted(self, event: QueryStartedEvent) -> None:
         """Nothing is known before the first batch."""

@@ -6,7 +6,7 @@ What the metrics, the console and ``spark-flow why`` show. A look judges nothing
 nothing: the flow state is the one the subscriptions table records (gates and the controller
 step the machine and record it), so a look is right whether or not a controller runs (the status
 table is only the controller's view), and costs what a gate's look costs: the queue's new
-commits and a version check of its small tables, queues looked at eight at a time.
+commits and a version check of its small tables, queues read sixteen at a time.
 """
 
 from __future__ import annotations
@@ -29,8 +29,9 @@ from spark_flow.subscriptions import Subscription
 
 log = logging.getLogger("spark_flow.view")
 
-#: Queues read at once: each read mostly waits on storage (deltalake releases the GIL).
-READS_AT_ONCE = 8
+#: Queues read at once: each read is two log listings, mostly waiting on storage (deltalake
+#: releases the GIL); 16 read a home of 1,000 local queues in two thirds of 8's time on 2 cores.
+READS_AT_ONCE = 16
 
 
 @dataclass(frozen=True)
