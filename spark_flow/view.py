@@ -21,7 +21,7 @@ from spark_flow.config import QueueSettings
 from spark_flow.exceptions import QueueNotFoundError, SubscriptionNotFoundError
 from spark_flow.homeflow import HOME_ROW, HomeFlow, home_depth, open_home
 from spark_flow.ledger import Depth
-from spark_flow.names import normalize_path, queue_name
+from spark_flow.names import normalize_path
 from spark_flow.queue import open_queue
 from spark_flow.state import FlowState, Thresholds, producers_held
 from spark_flow.status import control_table
@@ -89,7 +89,7 @@ class QueueView:
 class HomeView:
     """The home's queues (by name) and its own limits, depth (the sum of its queues') and
     recorded flow state; ``others``: the downstream queues of its consumers that it does not
-    register, by path."""
+    register, by path (their ``name`` too)."""
 
     home: str
     at: datetime
@@ -140,7 +140,7 @@ def look(home: str, storage_options: Mapping[str, str] | None = None) -> HomeVie
                          strict=True))
     names = {normalize_path(r.path): name for name, r in reads.items()}
     outside = sorted({path for r in reads.values() for sub, _ in r.backlog for path in sub.downstream} - set(names))
-    others = {path: _read(queue_name(path), path, storage) for path in outside}
+    others = {path: _read(path, path, storage) for path in outside}  # named by path: its name is another home's
     homes: dict[str, tuple[FlowState, datetime | None]] = {}
 
     def home_stop(read: _Read) -> tuple[bool, datetime | None]:

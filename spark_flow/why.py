@@ -59,7 +59,7 @@ def explain(view: HomeView, queue: str) -> list[Stage]:
 
 
 def _follow(view: HomeView, queue: QueueView, level: int, seen: set[str], stages: list[Stage]) -> None:
-    seen.add(queue.name if queue.name in view.queues else queue.path)
+    seen.add(queue.name)
     if queue.error is not None:
         stages.append(Stage(queue.name, level, False, (f"cannot be read: {queue.error}",)))
         return
@@ -128,6 +128,5 @@ def edges(view: HomeView) -> list[tuple[str, str, str, bool]]:
         for sub in queue.subscriptions:
             for name in sub.downstream:
                 down = view.queue(name)
-                found.append((queue.name if queue.name in view.queues else queue.path, sub.name, name,
-                              down is not None and down.held))
+                found.append((queue.name, sub.name, name, down is not None and down.held))
     return found

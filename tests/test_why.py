@@ -105,3 +105,17 @@ def test_the_command_prints_one_line_per_stage(tmp_path: Path) -> None:
                              timeout=60, check=False)
     assert (refused.returncode, refused.stdout) == (2, "")
     assert refused.stderr.startswith("spark-flow why: error: queue 'nope' not found") and len(refused.stderr.splitlines()) == 1
+
+
+def test_a_downstream_queue_of_another_home_is_followed_by_its_path(tmp_path: Path) -> None:
+    home, other = str(tmp_path / "home"), str(tmp_path / "other")
+    upstream = make_queue(home, "upstream", {"stopCount": 5})
+    outside = make_queue(other, "outside", {"stopCount": 5})
+    upstream.subscriptions.add_downstream("default", [outside.path])
+    for queue in (upstream, outside):
+        enqueue(queue, 8)
+        look_as_a_producer(queue)
+    view = look(home)
+    assert list(view.queues) == ["upstream"] and list(view.others) == [outside.path]
+    assert [(s.queue, s.root_cause) for s in explain(view, "upstream")] == [("upstream", False), (outside.path, True)]
+    assert edges(view) == [("upstream", "default", outside.path, True)]
