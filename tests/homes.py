@@ -28,22 +28,24 @@ SCHEMA = pa.schema([("id", pa.int64()), ("body", pa.string())])
 
 
 def make_queue(home: str | Path, name: str, settings: Mapping[str, object] | None = None,
-               base: str | Path | None = None, *, register: bool = True) -> Queue:
+               base: str | Path | None = None, *, register: bool = True,
+               storage_options: Mapping[str, str] | None = None) -> Queue:
     """A queue ``name`` declared in ``home`` (its table under ``base``, default ``<home>/../queues``)
     with ``settings`` as ``flow.*`` properties and a ``default`` subscription; registered unless
     told not (thousands are registered in one commit: ``Registry.register_all``)."""
-    home = str(home)
-    path = str(Path(base) / name if base is not None else Path(home).parent / "queues" / name)
-    write_deltalake(path, SCHEMA.empty_table(), mode="error", configuration={"delta.enableChangeDataFeed": "true"})
+    home, storage = str(home), dict(storage_options or {}) or None
+    path = f"{base}/{name}" if base is not None else str(Path(home).parent / "queues" / name)
+    write_deltalake(path, SCHEMA.empty_table(), mode="error", configuration={"delta.enableChangeDataFeed": "true"},
+                    storage_options=storage)
     properties = {QUEUE_NAME: name, STATE_LOCATION: f"{home}/{name}", HOME_PROPERTY: home,
                   **{f"flow.{key}": str(value) for key, value in (settings or {}).items()}}
-    DeltaTable(path).alter.set_table_properties(properties, raise_if_not_exists=False)
-    queue = open_queue(path)
+    DeltaTable(path, storage_options=storage).alter.set_table_properties(properties, raise_if_not_exists=False)
+    queue = open_queue(path, storage)
     queue.refresh()
     queue.subscriptions.create_table()
     queue.subscriptions.create("default", -1)
     if register:
-        Registry(home).register(name, queue.path)
+        Registry(home, storage).register(name, queue.path)
     return queue
 
 
@@ -51,7 +53,8 @@ def enqueue(queue: Queue, count: int, size: int = 10) -> None:
     """One append of ``count`` messages of ``size`` bytes each, recorded as the sink records it."""
     rows = pa.table({"id": pa.array(range(count), pa.int64()), "body": pa.array(["m"] * count)})
     metadata = json.dumps({METADATA_KEY: {"count": count, "size": count * size}})
-    write_deltalake(queue.path, rows, mode="append", commit_properties=CommitProperties(custom_metadata={"userMetadata": metadata}))
+    write_deltalake(queue.path, rows, mode="append", storage_options=queue.storage_options or None,
+                    commit_properties=CommitProperties(custom_metadata={"userMetadata": metadata}))
 
 
 def look_as_a_producer(queue: Queue) -> GateStatus:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from homes import enqueue, http, look_as_a_producer, make_queue, serving
+from stores import Store
 
 from spark_flow.admin import FlowAdmin
 from spark_flow.exceptions import ConfigurationError
@@ -161,3 +162,19 @@ def test_no_secret_in_any_answer(home: str) -> None:
         answers.append(action(url, server.csrf, Authorization=f"Bearer {TOKEN}")[1])
     for text in answers:
         assert secret not in text and "AKIA-NOT-REAL" not in text and TOKEN not in text
+
+
+@pytest.mark.parametrize("store", ["s3"], indirect=True)
+def test_a_home_on_s3_is_served_without_its_keys(store: Store) -> None:
+    """A home and queue on the suite's S3 server (moto): read with the storage options, whose
+    keys appear in no answer."""
+    home = store.url("home")
+    queue = make_queue(home, "events", {"stopCount": 5}, base=store.url("queues"), storage_options=store.options)
+    enqueue(queue, 8)
+    look_as_a_producer(queue)
+    with serving(home, storage_options=store.options) as server:
+        answers = [http(f"{server.url}{path}")[1] for path in ("", "metrics", "api/overview", "api/chart?queue=events",
+                                                               "api/why?queue=events")]
+    assert f'spark_flow_producers_held{{home="{home}",queue="events"}} 1.0' in answers[1]
+    assert json.loads(answers[2])["queues"][0]["depth"]["count"] == 8
+    assert store.secrets and not [s for s in store.secrets for text in answers if s in text]
