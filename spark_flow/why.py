@@ -103,8 +103,16 @@ def _limits(queue: QueueView) -> str:
 def _consumer(sub: SubscriptionView) -> str:
     """What a consumer that is not backpressured is doing, from its acknowledgements."""
     state = "stalled" if sub.stalled else "not backpressured (slow, or not running)"
-    return (f"the consumer of subscription {sub.name} is {state}: oldest message waits {sub.age:.0f}s"
+    return (f"the consumer of subscription {sub.name} is {state}: oldest message waits {_duration(sub.age)}"
             + (f", last acknowledgement at {sub.acked_at:%H:%M:%S} UTC" if sub.acked_at is not None else ""))
+
+
+def _duration(seconds: float) -> str:
+    """``42s``, ``12 min``, ``3 h 5 min``: how long, as an operator reads it."""
+    if seconds < 90:
+        return f"{seconds:.0f}s"
+    minutes = round(seconds / 60)
+    return f"{minutes} min" if minutes < 90 else f"{minutes // 60} h {minutes % 60} min"
 
 
 def root_causes(view: HomeView) -> dict[str, list[str]]:
