@@ -21,7 +21,7 @@ from typing import Any
 
 from spark_flow.admin import FlowAdmin
 from spark_flow.commands import ALL_QUEUES
-from spark_flow.exceptions import ConfigurationError, SparkFlowError
+from spark_flow.exceptions import ConfigurationError, SparkFlowError, one_line
 from spark_flow.home import HOME_CONF
 from spark_flow.serve import DEFAULT_BIND, DEFAULT_PORT, TOKEN_ENV
 from spark_flow.storage import as_conf, storage_options
@@ -144,15 +144,9 @@ def _main(argv: Sequence[str] | None) -> int:
         print(f"spark-flow {args.command}: error: {error}", file=sys.stderr)
         return 2
     except OSError as error:  # storage refused or unreachable (deltalake's errors name no credential)
-        print(f"spark-flow {args.command}: error: cannot read {args.home}: {_one_line(error)}", file=sys.stderr)
+        print(f"spark-flow {args.command}: error: cannot read {args.home}: {one_line(error)}", file=sys.stderr)
         return 1
     return 0
-
-
-def _one_line(error: OSError) -> str:
-    """deltalake's multi-line, colored chain of causes (``↳ ...``) as one plain line."""
-    parts = (re.sub(r"\x1b\[[0-9;]*m", "", line).strip(" ↳") for line in str(error).splitlines())
-    return ": ".join(part for part in parts if part)
 
 
 def read_properties(path: str | None) -> dict[str, str]:

@@ -33,7 +33,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from spark_flow.admin import FlowAdmin
 from spark_flow.console import act, chart, overview, why
-from spark_flow.exceptions import ConfigurationError, SparkFlowError
+from spark_flow.exceptions import ConfigurationError, SparkFlowError, one_line
 from spark_flow.metrics import CONTENT_TYPE, exposition
 from spark_flow.view import HomeView, look
 
@@ -192,7 +192,15 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._json(HTTPStatus.OK, why(view, query.get("queue", "")))
         except SparkFlowError as error:
             return self._json(HTTPStatus.BAD_REQUEST, {"error": str(error)})
+        except Exception as error:  # storage unreachable, or refused: one line, as the CLI says it
+            return self._unavailable(error)
         return self._json(HTTPStatus.NOT_FOUND, {"error": f"no such page: {url.path}"})
+
+    def _unavailable(self, error: Exception) -> None:
+        """The home cannot be read now: 503 (Prometheus marks the scrape down), and a log line."""
+        message = f"cannot read {self.server.options.home}: {one_line(error)}"
+        log.warning("%s", message)
+        return self._json(HTTPStatus.SERVICE_UNAVAILABLE, {"error": message})
 
     def do_POST(self) -> None:
         refused = self._refusal()
@@ -209,6 +217,8 @@ class _Handler(BaseHTTPRequestHandler):
             return self._json(HTTPStatus.BAD_REQUEST, {"error": f"the request is not JSON: {error.msg}"})
         except SparkFlowError as error:
             return self._json(HTTPStatus.BAD_REQUEST, {"error": str(error)})
+        except Exception as error:
+            return self._unavailable(error)
         log.info("console action from %s: %s", self.address_string(), done["message"])
         return self._json(HTTPStatus.OK, done)
 

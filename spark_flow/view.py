@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from spark_flow.config import QueueSettings
-from spark_flow.exceptions import QueueNotFoundError, SubscriptionNotFoundError
+from spark_flow.exceptions import QueueNotFoundError, SubscriptionNotFoundError, one_line
 from spark_flow.homeflow import HOME_ROW, HomeFlow, home_depth, open_home
 from spark_flow.ledger import Depth
 from spark_flow.names import normalize_path
@@ -176,7 +176,7 @@ def _read(name: str, path: str, storage: Mapping[str, str]) -> _Read:
                      queue.runtime_settings.changed_at("producersStopped"))
     except Exception as error:  # dropped, moved or unreadable: shown as such, the other queues still are
         log.warning("cannot read queue %r at %s: %s", name, path, error)
-        return _Read(name, normalize_path(path), error=_one_line(error))
+        return _Read(name, normalize_path(path), error=one_line(error))
 
 
 def _held(read: _Read, home_stopped: bool) -> bool:
@@ -237,8 +237,3 @@ def _status_updated(home: str, storage: Mapping[str, str]) -> datetime | None:
         return None
     commit = table.history(1)
     return datetime.fromtimestamp(commit[0]["timestamp"] / 1000, UTC) if commit else None
-
-
-def _one_line(error: BaseException) -> str:
-    """An error as one plain line (deltalake's chains of causes span several)."""
-    return " ".join(str(error).split()) or type(error).__name__

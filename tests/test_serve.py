@@ -178,3 +178,17 @@ def test_a_home_on_s3_is_served_without_its_keys(store: Store) -> None:
     assert f'spark_flow_producers_held{{home="{home}",queue="events"}} 1.0' in answers[1]
     assert json.loads(answers[2])["queues"][0]["depth"]["count"] == 8
     assert store.secrets and not [s for s in store.secrets for text in answers if s in text]
+
+
+def test_a_home_that_cannot_be_read_is_a_503_in_one_line_without_secrets() -> None:
+    """Nothing listens at the home's S3 endpoint: each scrape and page read answers 503 (Prometheus
+    marks the scrape down) with one line naming the home and storage's reason, never a key."""
+    home = "s3a://flow/home"
+    storage = {"aws_endpoint_url": "http://127.0.0.1:1", "allow_http": "true", "aws_access_key_id": "tests",
+               "aws_secret_access_key": "s3cr3t-Never-Shown", "aws_region": "us-east-1", "max_retries": "1"}
+    with serving(home, storage_options=storage) as server:
+        for path in ("metrics", "api/overview"):
+            status, text = http(f"{server.url}{path}")
+            error = json.loads(text)["error"]
+            assert status == 503 and error.startswith(f"cannot read {home}: ") and "Connection refused" in error
+            assert "s3cr3t" not in text and "\x1b" not in text and "\n" not in error
