@@ -132,14 +132,15 @@ def look(home: str, storage_options: Mapping[str, str] | None = None) -> HomeVie
     consumers, and the home's limits and recorded flow state. A queue that cannot be read is in
     the view with its ``error``."""
     storage = dict(storage_options or {})
-    now = datetime.now(UTC)
     flow = open_home(normalize_path(home), storage)
     registered = flow.registry.queues()
     with ThreadPoolExecutor(READS_AT_ONCE) as pool:
         reads = dict(zip(registered, pool.map(lambda item: _read(item[0], item[1], storage), registered.items()),
                          strict=True))
+    now = datetime.now(UTC)  # after the reads: no message read is younger than the look
     names = {normalize_path(r.path): name for name, r in reads.items()}
-    outside = sorted({path for r in reads.values() for sub, _ in r.backlog for path in sub.downstream} - set(names))
+    outside = sorted({normalize_path(path) for r in reads.values() for sub, _ in r.backlog for path in sub.downstream}
+                     - set(names))
     others = {path: _read(path, path, storage) for path in outside}  # named by path: its name is another home's
     homes: dict[str, tuple[FlowState, datetime | None]] = {}
 
@@ -175,8 +176,15 @@ def _read(name: str, path: str, storage: Mapping[str, str]) -> _Read:
         return _Read(name, queue.path, settings, latest, queue.backlog(refresh=False), queue.home,
                      queue.runtime_settings.changed_at("producersStopped"))
     except Exception as error:  # dropped, moved or unreadable: shown as such, the other queues still are
-        log.warning("cannot read queue %r at %s: %s", name, path, error)
-        return _Read(name, normalize_path(path), error=one_line(error))
+        said = one_line(error)
+        if (path, said) not in _REPORTED:  # once, not at every scrape
+            _REPORTED.add((path, said))
+            log.warning("cannot read queue %r at %s: %s", name, path, said)
+        return _Read(name, normalize_path(path), error=said)
+
+
+#: The unreadable queues this process has logged, with what it said.
+_REPORTED: set[tuple[str, str]] = set()
 
 
 def _held(read: _Read, home_stopped: bool) -> bool:
