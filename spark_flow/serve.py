@@ -206,9 +206,11 @@ class _Handler(BaseHTTPRequestHandler):
         refused = self._refusal()
         if refused is not None:
             return self._json(*refused)
+        length = self.headers.get("Content-Length") or "0"
+        if not length.isdigit() or int(length) > 65536:
+            return self._json(HTTPStatus.BAD_REQUEST, {"error": "an action is a JSON object of at most 64 KiB"})
         try:
-            length = int(self.headers.get("Content-Length") or 0)
-            request = json.loads(self.rfile.read(min(length, 65536)) or b"{}")
+            request = json.loads(self.rfile.read(int(length)) or b"{}")
             if not isinstance(request, dict):
                 raise ConfigurationError("request", type(request).__name__, "a JSON object")
             with self.server.looker.lock:
