@@ -49,6 +49,7 @@ class Subscription:
     reader_process: str | None = None
     index: int = 0
     last_transition_detail: str | None = None  # what the last transition saw (JSON, spark_flow.history)
+    acked_at: datetime | None = None  # when the position last moved (None: before this column): a stall's clock
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Subscription:
@@ -88,12 +89,13 @@ def _schema() -> pa.Schema:
             pa.field("reader_process", pa.string()),
             pa.field("index", pa.int64()),
             pa.field("last_transition_detail", pa.string()),
+            pa.field("acked_at", ts),
         ]
     )
 
 
 #: Columns added after the table's first version, with their deltalake types.
-_LATER_COLUMNS = {"index": "long", "last_transition_detail": "string"}
+_LATER_COLUMNS = {"index": "long", "last_transition_detail": "string", "acked_at": "timestamp"}
 
 #: This process, as claims record it: ``host:pid``.
 PROCESS = f"{socket.gethostname()}:{os.getpid()}"
@@ -159,7 +161,7 @@ class SubscriptionTable:
         already existed."""
         now = datetime.now(UTC)
         row = {"name": name, "position": position, "index": 0, "flow_stopped": False, "flow_stopped_count": 0,
-               "last_transition": None, "discarded_count": 0, "created_at": now, "updated_at": now}
+               "last_transition": None, "discarded_count": 0, "created_at": now, "updated_at": now, "acked_at": now}
         inserted = self._merge(row, lambda m: m.when_not_matched_insert(
             {key: f"s.{key}" for key in row}
             | {"downstream": "NULL", "reader": "NULL", "reader_seen": "NULL", "reader_process": "NULL"}))
@@ -185,7 +187,7 @@ class SubscriptionTable:
             return self._not_moved(name, reader)
         row = {"name": name, "position": position.version, "index": position.index, "discarded": discarded,
                "now": datetime.now(UTC)}
-        update = {"position": "s.position", "index": "s.index", "updated_at": "s.now",
+        update = {"position": "s.position", "index": "s.index", "updated_at": "s.now", "acked_at": "s.now",
                   "discarded_count": "t.discarded_count + s.discarded"}
         predicate = "(s.position > t.position OR (s.position = t.position AND s.index > coalesce(t.index, 0)))"
         if reader is not None:

@@ -128,3 +128,13 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
         conf = abfs_conf(request.getfixturevalue("azurite_server"), AZURITE_ACCOUNT, AZURITE_KEY)
         return Store(kind, f"abfs://flow@{AZURITE_ACCOUNT}.dfs.core.windows.net/{unique}", conf)
     return Store(kind, str(tmp_path))
+
+
+@pytest.fixture(scope="session")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """Headless Chromium for the suite (a selenium WebDriver), with a fresh profile."""
+    from servers import chromium
+
+    base = tmp_path_factory.mktemp("chromium")
+    with chromium(base / "profile", base / "chromedriver.log") as driver:
+        yield driver
