@@ -1,9 +1,12 @@
-"""One local SparkSession with Delta for the whole suite (local[2], few partitions, no UI), and
-one class-data archive shared by every JVM the suite starts."""
+"""One local SparkSession with Delta for the whole suite (local[2], few partitions, no UI), one
+class-data archive shared by every JVM the suite starts, and the suite's tiers: a test that
+starts another process (a Spark application, a server, the CLI, a fresh interpreter) is marked
+``processes``; ``make check`` runs every other test."""
 
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import tempfile
 import uuid
@@ -51,6 +54,41 @@ def _archive_classes(archive: Path, quiet: str) -> None:
                               conf={"spark.driver.extraJavaOptions": f"-Xss16m -XX:ArchiveClassesAtExit={archive} {quiet}"})
     if result.returncode != 0:
         raise RuntimeError(f"making the class-data archive failed: {failure(result)}")
+
+
+#: Fixtures that start servers (processes of their own): a test that uses one is marked ``processes``.
+SERVERS = {"spark_connect", "spark_cluster", "s3_server", "azurite_server"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark what the tiers need: ``spark`` on every test that uses the suite's session, and
+    ``processes`` on every test that uses a server (directly or through an object ``store``)."""
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        if "spark" in names:
+            item.add_marker(pytest.mark.spark)
+        param = getattr(getattr(item, "callspec", None), "params", {}).get("store", "local")
+        if names & SERVERS or param != "local":
+            item.add_marker(pytest.mark.processes)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    """A test not marked ``processes`` fails if it starts a process: the quick tier (``-m "not
+    processes"``) holds only tests that need no other process, and this keeps it so."""
+    if item.get_closest_marker("processes") is not None:
+        return (yield)
+    execute = subprocess.Popen._execute_child  # type: ignore[attr-defined]
+
+    def refuse(popen: subprocess.Popen, args: object, *rest: object, **kwargs: object) -> None:
+        raise AssertionError(f"{item.nodeid} started a process ({args!r}) but is not marked processes "
+                             "(pytestmark = pytest.mark.processes)")
+
+    subprocess.Popen._execute_child = refuse  # type: ignore[attr-defined]
+    try:
+        return (yield)
+    finally:
+        subprocess.Popen._execute_child = execute  # type: ignore[attr-defined]
 
 
 @pytest.fixture(scope="session")

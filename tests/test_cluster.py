@@ -27,7 +27,7 @@ def _executor_logs(worker: Path) -> dict[str, str]:
             for app in sorted(worker.glob("app-*"))}
 
 
-@pytest.mark.e2e
+@pytest.mark.processes
 @pytest.mark.parametrize("store", ["s3"], indirect=True)
 def test_producer_and_consumer_applications_on_a_standalone_cluster(spark_cluster: tuple[str, Path],
                                                                     store: Store, tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ import pytest
 
 from spark_flow import open_queue
 
-pytestmark = pytest.mark.e2e
+pytestmark = pytest.mark.processes
 
 CLIENT = textwrap.dedent("""
     import sys

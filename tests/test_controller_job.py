@@ -12,7 +12,7 @@ from pyspark.sql import SparkSession
 from spark_flow.admin import FlowAdmin
 from spark_flow.queue import declare
 
-pytestmark = pytest.mark.e2e
+pytestmark = pytest.mark.processes
 
 
 def test_controller_job_stops_a_deep_queue_and_applies_commands(spark: SparkSession, tmp_path: Path) -> None:

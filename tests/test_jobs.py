@@ -1,7 +1,7 @@
 """The producer and consumer jobs, run as users run them: spark-submit on the pip-installed Spark,
 and the conf files they are run with.
 
-Each spark-submit is its own JVM (marked e2e); results are read back with deltalake, so the
+Each job is a process of its own (marked processes); results are read back with deltalake, so the
 module needs no SparkSession of its own.
 """
 
@@ -37,6 +37,7 @@ def properties(path: Path) -> dict[str, str]:
                   "--delay-per-message", "--rows-per-second", "--trigger", "--checkpoint", "--run-seconds",
                   "--until-empty"]),
 ])
+@pytest.mark.processes
 def test_help_documents_every_option(job: str, options: list[str]) -> None:
     result = subprocess.run([sys.executable, str(JOBS / f"{job}.py"), "--help"], capture_output=True, text=True,
                             timeout=120, check=False)
@@ -46,6 +47,7 @@ def test_help_documents_every_option(job: str, options: list[str]) -> None:
     assert "examples:" in result.stdout and "spark-submit" in result.stdout
 
 
+@pytest.mark.processes
 def test_bad_option_names_it(tmp_path: Path) -> None:
     result = subprocess.run([sys.executable, str(JOBS / "producer.py"), "--queue", str(tmp_path / "q"),
                              "--rate", "fast"], capture_output=True, text=True, timeout=120, check=False)
@@ -59,6 +61,7 @@ def test_bad_option_names_it(tmp_path: Path) -> None:
     (["--max-bytes-per-trigger", "lots"], "argument --max-bytes-per-trigger: 'lots' is not a size"),
     (["--max-trigger-delay", "5s"], "argument --max-trigger-delay: needs --min-records-per-trigger"),
 ])
+@pytest.mark.processes
 def test_bad_read_limit_names_it(tmp_path: Path, args: list[str], message: str) -> None:
     """The consumer's read limits are checked before a session starts."""
     result = subprocess.run([sys.executable, str(JOBS / "consumer.py"), "--queue", str(tmp_path / "q"),
@@ -68,7 +71,7 @@ def test_bad_read_limit_names_it(tmp_path: Path, args: list[str], message: str) 
     assert message in result.stderr, result.stderr
 
 
-@pytest.mark.e2e
+@pytest.mark.processes
 def test_bad_flow_conf_fails_before_anything_is_written(tmp_path: Path) -> None:
     queue = tmp_path / "q"
     result = spark_submit("producer", "--queue", str(queue), "--run-seconds", "5",
@@ -82,7 +85,7 @@ def test_bad_flow_conf_fails_before_anything_is_written(tmp_path: Path) -> None:
     assert not queue.exists()
 
 
-@pytest.mark.e2e
+@pytest.mark.processes
 @pytest.mark.parametrize("session", ["classic", "connect"])
 def test_producer_is_held_then_the_consumer_drains_the_queue(tmp_path: Path, session: str,
                                                              request: pytest.FixtureRequest) -> None:

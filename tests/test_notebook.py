@@ -17,8 +17,6 @@ from spark_flow.homeflow import open_home
 
 NOTEBOOK = Path(__file__).parent.parent / "notebooks" / "flow_control_quickstart.py"
 
-pytestmark = pytest.mark.e2e
-
 
 def assert_notebook_did_what_it_says(base: Path) -> None:
     """Every order produced is delivered once; the producer was held, within its capacity bound,
@@ -52,6 +50,7 @@ def test_notebook_runs_as_a_script(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert_notebook_did_what_it_says(tmp_path)
 
 
+@pytest.mark.processes
 def test_notebook_runs_under_spark_connect(tmp_path: Path, spark_connect: str) -> None:
     """The notebook as a Connect client: its queries, foreachBatch sinks and data sources run on
     the server, spark_flow's own reads (FlowAdmin, depths) in the client."""

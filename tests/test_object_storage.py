@@ -15,7 +15,7 @@ from spark_flow.queue import Queue
 STOP, RESUME, CAPACITY, RATE = 20, 10, 30, 20
 
 
-@pytest.mark.e2e
+@pytest.mark.processes
 @pytest.mark.parametrize("store", ["s3", "abfs"], indirect=True)
 def test_jobs_with_queue_home_and_checkpoints_on_object_storage(store: Store) -> None:
     """The queue, the home (state tables, status) and every checkpoint on ``store``: a held

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 from pyspark.sql import SparkSession
 from streams import status_of, wait_until
 
@@ -19,7 +18,6 @@ from spark_flow.state import FlowState
 SCHEMA = "id BIGINT, body STRING"
 
 
-@pytest.mark.e2e
 def test_changes_between_controller_batches_are_seen(spark: SparkSession, tmp_path: Path) -> None:
     home, path = str(tmp_path / "home"), str(tmp_path / "q")
     queue = declare(spark, path, SCHEMA, settings={"stopCount": 5, "resumeCount": 2})

@@ -2,7 +2,7 @@
 spark-submit with its own conf (paths under a temporary folder instead of /tmp/flow, and
 ``--run-seconds`` so the jobs end: shorter runs).
 
-Each spark-submit is its own JVM (marked e2e); results are read back with deltalake and the CLI.
+Each spark-submit is its own JVM (marked processes); results are read back with deltalake and the CLI.
 """
 
 from __future__ import annotations
@@ -23,8 +23,6 @@ from pyspark.sql import SparkSession
 
 from spark_flow.admin import FlowAdmin
 from spark_flow.queue import Queue
-
-pytestmark = pytest.mark.e2e
 
 README = ROOT / "README.md"
 BIN = Path(sys.executable).parent
@@ -88,6 +86,7 @@ def wait_for(predicate: object, timeout: float, what: str) -> None:
         time.sleep(1)
 
 
+@pytest.mark.processes
 def test_readme_walkthrough_as_written(tmp_path: Path) -> None:
     """The controller started with ``spark.flow.home`` only, the producer with stop 500 / resume
     300 in its own conf, then the slow consumer: the status shows 500 / 300 while the producer
