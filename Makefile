@@ -1,13 +1,13 @@
-# One entry point for people and CI: `make demo`, `make test`. Each sets up what is missing
-# (virtualenv, the package and its test tools with the suite's S3 server from PyPI; for `make
-# test`, the suite's Azure Blob server from npm) and reuses it on the next run.
+# One entry point for people and CI: `make demo`, `make check`, `make test`. Each sets up what is
+# missing (virtualenv, the package and its test tools with the suite's S3 server from PyPI; for
+# `make test`, the suite's Azure Blob server from npm) and reuses it on the next run.
 PYTHON ?= python3.11
 VENV := .venv
 STAMP := $(VENV)/.installed
 NODE_STAMP := node_modules/.installed
 DEMO_DIR ?=
 
-.PHONY: demo test bench clean
+.PHONY: demo lint check test bench clean
 
 $(STAMP): pyproject.toml
 	@command -v java >/dev/null || { echo "Java 17 is needed (apt-get install openjdk-17-jre-headless)"; exit 1; }
@@ -24,8 +24,19 @@ $(NODE_STAMP): package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 	touch $(NODE_STAMP)
 
-test: $(STAMP) $(NODE_STAMP)
+# Static checks: style, then types.
+lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+# The type checker (strict on spark_flow/) goes here, on the line after ruff.
+
+# The inner loop (a few minutes): the static checks and every test that starts no other process
+# (pure logic, and the suite's one Spark session); see the README's "Tests".
+check: lint
+	$(VENV)/bin/pytest -m "not processes"
+
+# Everything, as CI runs it: the static checks and the whole suite, with the tests that start
+# Spark applications and servers.
+test: lint $(NODE_STAMP)
 	$(VENV)/bin/pytest
 
 bench: $(STAMP)
