@@ -20,6 +20,7 @@ import pytest
 from invariants import assert_transitions_follow_thresholds
 from processes import ROOT, failure, progress
 from pyspark.sql import SparkSession
+from streams import wait_for_looks
 
 from spark_flow.admin import FlowAdmin
 from spark_flow.queue import Queue
@@ -105,7 +106,7 @@ def test_readme_walkthrough_as_written(tmp_path: Path) -> None:
             return frame.to_dict("records")[0] if len(frame) else {}
 
         wait_for(lambda: status().get("flow_stopped") is True, 240, "the producer held, seen by the controller")
-        time.sleep(8)  # the controller looks at the held queue every second
+        wait_for_looks(admin, "events", 8, 120)  # one hold, however often the controller looks at it
         held = status()
         assert (held["stop_count"], held["resume_count"]) == (500, 300)
         assert (held["flow_stopped"], held["flow_stopped_count"], held["producers_held"]) == (True, 1, True)
