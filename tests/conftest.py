@@ -10,7 +10,7 @@ import subprocess
 import sys
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -57,7 +57,7 @@ def _archive_classes(archive: Path, quiet: str) -> None:
 
 
 #: Fixtures that start servers (processes of their own): a test that uses one is marked ``processes``.
-SERVERS = {"spark_connect", "spark_cluster", "s3_server", "azurite_server"}
+SERVERS = {"spark_connect", "connect_session", "spark_cluster", "s3_server", "azurite_server"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -98,6 +98,37 @@ def spark_connect(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
     with spark_connect_server(tmp_path_factory.mktemp("connect") / "server.log") as url:
         yield url
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[pytest.TestReport]:
+    """Keep each phase's report on the test (``item.failed_call``), for fixtures that clean up
+    after a failure."""
+    report = yield
+    if report.when == "call":
+        item.failed_call = report.failed  # type: ignore[attr-defined]
+    return report
+
+
+@pytest.fixture
+def connect_session(spark_connect: str, request: pytest.FixtureRequest) -> Iterator[Callable[[], str]]:
+    """A function that gives a Spark Connect URL with a session of its own (one per client).
+
+    A client that failed may leave its streaming queries running on the suite's server, taking
+    a core from every test after it: after a failed test, each of its sessions' queries is
+    stopped and the session released (by a client process that attaches to it)."""
+    urls: list[str] = []
+
+    def new() -> str:
+        urls.append(f"{spark_connect}/;session_id={uuid.uuid4()}")
+        return urls[-1]
+
+    yield new
+    if getattr(request.node, "failed_call", False) and urls:
+        script = ("import sys\nfrom pyspark.sql import SparkSession\nfor url in sys.argv[1:]:\n"
+                  "    spark = SparkSession.builder.remote(url).getOrCreate()\n"
+                  "    for query in spark.streams.active:\n        query.stop()\n    spark.stop()\n")
+        subprocess.run([sys.executable, "-c", script, *urls], capture_output=True, timeout=120, check=False)
 
 
 @pytest.fixture(scope="session")

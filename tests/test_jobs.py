@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -86,18 +87,16 @@ def test_bad_flow_conf_fails_before_anything_is_written(tmp_path: Path) -> None:
 
 
 @pytest.mark.processes
-@pytest.mark.parametrize("session", ["classic", "connect"])
-def test_producer_is_held_then_the_consumer_drains_the_queue(tmp_path: Path, session: str,
-                                                             request: pytest.FixtureRequest) -> None:
-    """The jobs as spark-submit runs them: with their own local session, and as Spark Connect
-    clients (``spark-submit --remote``), whose foreachBatch runs on the server while the
-    progress lines are printed by the job."""
+def test_producer_is_held_then_the_consumer_drains_the_queue_as_spark_connect_clients(
+        tmp_path: Path, connect_session: Callable[[], str]) -> None:
+    """The jobs as Spark Connect clients (``spark-submit --remote``), whose foreachBatch runs on
+    the server while the progress lines are printed by the job. (With their own session, the
+    same run is the README walkthrough's, and test_object_storage's on S3 and ABFS.)"""
     path, output = tmp_path / "events", tmp_path / "consumed"
-    remote = request.getfixturevalue("spark_connect") if session == "connect" else None
 
     producer = spark_submit(
         "producer", "--queue", str(path), "--name", "p1", "--rate", str(RATE), "--capacity", str(CAPACITY),
-        "--trigger", "500ms", "--run-seconds", "12", remote=remote,
+        "--trigger", "500ms", "--run-seconds", "12", remote=connect_session(),
         conf={"spark.flow.stopCount": str(STOP), "spark.flow.resumeCount": str(RESUME)})
     assert producer.returncode == 0, failure(producer)
     assert f"stopCount={STOP} resumeCount={RESUME}" in producer.stdout, failure(producer)
@@ -119,7 +118,7 @@ def test_producer_is_held_then_the_consumer_drains_the_queue(tmp_path: Path, ses
     consumer = spark_submit(
         "consumer", "--queue", str(path), "--output", str(output), "--max-records-per-trigger", "10",
         "--max-bytes-per-trigger", "500", "--rows-per-second", "50", "--trigger", "500ms", "--until-empty",
-        remote=remote)
+        remote=connect_session())
     assert consumer.returncode == 0, failure(consumer)
     lines = progress(consumer.stdout, "consumer")
     # 100-byte messages within 500 bytes (the tighter limit): batches of 5, all full but the last
