@@ -96,8 +96,10 @@ def test_readme_walkthrough_as_written(tmp_path: Path) -> None:
     _setup, [controller], [producer], [consumer], operate = bash_blocks("Walkthrough")
     walk = Walkthrough(tmp_path)
     home, path = tmp_path / "home", tmp_path / "queues" / "events"
+    # The producer runs long enough for the consumer to drain it under resume and for it to go
+    # on (the consumer starts about 25 s after the hold); each run counts from its query's start.
     jobs = [walk.start(controller, "--run-seconds", "600"),
-            walk.start(producer, "--run-seconds", "150")]
+            walk.start(producer, "--run-seconds", "80")]
     try:
         admin = FlowAdmin(str(home))
 
@@ -112,7 +114,7 @@ def test_readme_walkthrough_as_written(tmp_path: Path) -> None:
         assert (held["flow_stopped"], held["flow_stopped_count"], held["producers_held"]) == (True, 1, True)
         assert 500 < held["depth_count"] <= 700
 
-        drained = walk.run(consumer, "--run-seconds", "60")
+        drained = walk.run(consumer, "--run-seconds", "30")
         assert drained.returncode == 0, failure(drained)
         made = finish(jobs[1], 300)
         assert made.returncode == 0, failure(made)
