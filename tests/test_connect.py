@@ -8,13 +8,14 @@ import os
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from spark_flow import open_queue
 
-pytestmark = pytest.mark.e2e
+pytestmark = pytest.mark.processes
 
 CLIENT = textwrap.dedent("""
     import sys
@@ -39,11 +40,12 @@ CLIENT = textwrap.dedent("""
 """)
 
 
-def test_a_producer_that_cannot_tell_its_query_fails_before_writing(tmp_path: Path, spark_connect: str) -> None:
+def test_a_producer_that_cannot_tell_its_query_fails_before_writing(tmp_path: Path,
+                                                                   connect_session: Callable[[], str]) -> None:
     """Connect tells a foreachBatch function nothing of its query: with two queries running and
     no ``query_name``, the sink's first batch fails naming ``query_name`` and the queries it
     could be, and the queue gets no message."""
-    env = {**os.environ, "SPARK_REMOTE": spark_connect}
+    env = {**os.environ, "SPARK_REMOTE": connect_session()}
     result = subprocess.run([sys.executable, "-c", CLIENT, str(tmp_path)], env=env, capture_output=True, text=True,
                             timeout=400, check=False)
     assert result.returncode == 0, f"stdout:\n{result.stdout[-3000:]}\nstderr:\n{result.stderr[-3000:]}"

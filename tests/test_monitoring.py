@@ -123,7 +123,7 @@ def instant(prometheus: str, query: str) -> list[dict[str, Any]]:
     return answer["data"]["result"]
 
 
-@pytest.mark.e2e
+@pytest.mark.processes
 def test_prometheus_scraping_serve_answers_what_the_status_table_has(pipeline: dict[str, Any],
                                                                      tmp_path: Path) -> None:
     """While the producer of ``events`` is held: Prometheus' own HTTP API gives its depth, flow
@@ -166,7 +166,7 @@ def test_prometheus_scraping_serve_answers_what_the_status_table_has(pipeline: d
         assert instant(prometheus, f'spark_flow_depth_messages{{home="{home}",queue=~".+"}}')
 
 
-@pytest.mark.e2e
+@pytest.mark.processes
 def test_a_stop_producers_action_in_the_console_holds_a_running_producer(pipeline: dict[str, Any],
                                                                         browser: Any) -> None:
     """The console shows ``events`` held and ``paced`` flowing; stop-producers on ``paced``,
@@ -203,7 +203,7 @@ def test_a_stop_producers_action_in_the_console_holds_a_running_producer(pipelin
     wait_until(lambda: paced.refresh() > held_at, 90)
 
 
-@pytest.mark.e2e
+@pytest.mark.processes
 def test_readme_monitoring_block_as_written(tmp_path: Path) -> None:
     """The README's Monitoring commands, each as written (``/tmp/flow`` under a temporary folder,
     the ports 9108 and 9090 free ones, ``monitoring/`` a copy with that port), on the
