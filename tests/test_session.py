@@ -12,7 +12,7 @@ from chispa import assert_df_equality
 from processes import ROOT
 from pyspark.sql import SparkSession
 
-from spark_flow.config import session_flow_conf
+from spark_flow.keys import session_flow_conf
 from spark_flow.session import DELTA_PACKAGE, get_spark
 
 
