@@ -1,13 +1,14 @@
-# One entry point for people and CI: `make demo`, `make test`. Each sets up what is missing
-# (virtualenv, the package and its test tools with the suite's S3 server from PyPI; for `make
-# test`, the suite's Azure Blob server from npm) and reuses it on the next run.
+# One entry point for people and CI: `make demo`, `make check`, `make test`. Each sets up what is
+# missing (virtualenv, the package and its test tools with the suite's S3 server from PyPI; for
+# `make test`, the suite's Azure Blob server from npm) and reuses it on the next run; the
+# monitoring tests' Debian packages are checked for (`make tools`), .ci/run installs them.
 PYTHON ?= python3.11
 VENV := .venv
 STAMP := $(VENV)/.installed
 NODE_STAMP := node_modules/.installed
 DEMO_DIR ?=
 
-.PHONY: demo check test bench clean
+.PHONY: demo lint check test bench clean tools
 
 $(STAMP): pyproject.toml
 	@command -v java >/dev/null || { echo "Java 17 is needed (apt-get install openjdk-17-jre-headless)"; exit 1; }
@@ -24,14 +25,24 @@ $(NODE_STAMP): package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 	touch $(NODE_STAMP)
 
-check: $(STAMP)
-	$(VENV)/bin/ruff check .
-	$(VENV)/bin/mypy
-	$(VENV)/bin/pytest -m "not e2e"
+# Debian's prometheus (prometheus, promtool), chromium and chromium-driver: the monitoring tests' real parts
+tools:
+	@for tool in prometheus promtool chromium chromedriver; do command -v $$tool >/dev/null || { \
+	  echo "$$tool is needed by the monitoring tests (apt-get install prometheus chromium chromium-driver; .ci/run does)"; exit 1; }; done
 
-test: $(STAMP) $(NODE_STAMP)
+# Static checks: style, then types (strict on spark_flow/).
+lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
+
+# The inner loop: the static checks and every test that starts no other process (pure logic,
+# and the suite's one Spark session); see the README's "Tests".
+check: lint tools
+	$(VENV)/bin/pytest -m "not processes"
+
+# Everything, as CI runs it: the static checks and the whole suite, with the tests that start
+# Spark applications and servers.
+test: lint tools $(NODE_STAMP)
 	$(VENV)/bin/pytest
 
 bench: $(STAMP)
@@ -40,6 +51,7 @@ bench: $(STAMP)
 	$(VENV)/bin/python bench/scaling.py
 	$(VENV)/bin/python bench/publish_rate.py
 	$(VENV)/bin/python bench/controller.py
+	$(VENV)/bin/python bench/scrape.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache spark_flow.egg-info node_modules

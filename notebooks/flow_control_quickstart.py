@@ -163,3 +163,4 @@ chart = admin.plot("orders", f"{base}/orders-depth.png")
 print(f"produced {produced.count()}, delivered {delivered.count()} "
       f"({delivered.select('order_id').distinct().count()} distinct)")
 print(f"flowStoppedCount {final['flow_stopped_count']}, plot {chart}")
+listener.close()  # stop listening: under Spark Connect its thread would keep a script from ending (spark-flow closes it then)

@@ -48,6 +48,7 @@ class FlowAdmin:
     >>> admin.set_home(homeStopCount=100_000)     # hold every producer while the home's queues hold more
     >>> admin.plot("events", "/tmp/events.png")
     >>> admin.delete_queue("events", if_unused=True)  # refused while a query reads it
+    >>> admin.why("events")                       # the stage that holds its producers, down the pipeline
     """
 
     def __init__(self, home: str, storage_options: Mapping[str, str] | None = None) -> None:
@@ -205,6 +206,14 @@ class FlowAdmin:
         rows = self._history.rows()
         mine = [r for r in rows if r["queue"] == queue and r["subscription"] in (subscription, "")]
         return sorted(mine, key=lambda r: r["time"])
+
+    def why(self, queue: str) -> list[str]:
+        """Why ``queue`` holds its producers, read from the tables now: one line per stage down
+        the pipeline to the root cause (``spark-flow why``; :mod:`spark_flow.why`)."""
+        from spark_flow.view import look
+        from spark_flow.why import explain
+
+        return [stage.line() for stage in explain(look(self.home, self.storage_options), queue)]
 
     def plot(self, queue: str, path: str | Path, subscription: str = DEFAULT_SUBSCRIPTION) -> Path:
         """A PNG of the subscription's depth against its thresholds over time, stopped intervals

@@ -21,8 +21,9 @@ from typing import Any
 
 from spark_flow.admin import FlowAdmin
 from spark_flow.commands import ALL_QUEUES
-from spark_flow.exceptions import ConfigurationError, SparkFlowError
+from spark_flow.exceptions import ConfigurationError, SparkFlowError, one_line
 from spark_flow.home import HOME_CONF
+from spark_flow.serve import DEFAULT_BIND, DEFAULT_PORT, TOKEN_ENV
 from spark_flow.storage import as_conf, storage_options
 
 HOME_ENV = "SPARK_FLOW_HOME"
@@ -52,6 +53,8 @@ def _parser() -> argparse.ArgumentParser:
                "  spark-flow plot events --out events.png\n"
                "  spark-flow replay-dead-letters events   # its poison messages back, once the consumer is fixed\n"
                "  spark-flow delete events --if-empty --if-unused   # refused while it has messages or consumers\n"
+               "  spark-flow why events                     # the stage that holds its producers\n"
+               "  spark-flow serve --port 9108              # Prometheus /metrics and the console at /\n"
                "  spark-flow --home s3a://bucket/flow --properties-file conf/object-storage.conf status")
     parser.add_argument("--home", default=os.environ.get(HOME_ENV),
                         help=f"the control plane's location ({HOME_CONF}); default ${HOME_ENV}")
@@ -104,6 +107,16 @@ def _parser() -> argparse.ArgumentParser:
     delete.add_argument("--if-empty", action="store_true",
                         help="refuse while a subscription has messages it has not acknowledged")
     delete.add_argument("--if-unused", action="store_true", help="refuse while a live query reads the queue")
+    why = commands.add_parser("why", help="why a queue holds its producers: each stage down to the root cause")
+    why.add_argument("queue")
+
+    serve = commands.add_parser("serve", help="serve Prometheus metrics (/metrics) and the console (/) over HTTP")
+    serve.add_argument("--port", default=str(DEFAULT_PORT), help=f"the port to listen on (default {DEFAULT_PORT}; 0: any free one)")
+    serve.add_argument("--bind", default=DEFAULT_BIND, help=f"the address to listen on (default {DEFAULT_BIND}: this "
+                                                            "machine only); elsewhere, actions need a token")
+    serve.add_argument("--read-only", action="store_true", help="a console without actions")
+    serve.add_argument("--token-file", metavar="FILE",
+                       help=f"a file holding the token actions need (or ${TOKEN_ENV}); needed with --bind elsewhere")
 
     plot = commands.add_parser("plot", help="PNG of depth against the thresholds over time, stopped intervals shaded")
     plot.add_argument("queue")
@@ -143,15 +156,9 @@ def _main(argv: Sequence[str] | None) -> int:
         print(f"spark-flow {args.command}: error: {error}", file=sys.stderr)
         return 2
     except OSError as error:  # storage refused or unreachable (deltalake's errors name no credential)
-        print(f"spark-flow {args.command}: error: cannot read {args.home}: {_one_line(error)}", file=sys.stderr)
+        print(f"spark-flow {args.command}: error: cannot read {args.home}: {one_line(error)}", file=sys.stderr)
         return 1
     return 0
-
-
-def _one_line(error: OSError) -> str:
-    """deltalake's multi-line, colored chain of causes (``↳ ...``) as one plain line."""
-    parts = (re.sub(r"\x1b\[[0-9;]*m", "", line).strip(" ↳") for line in str(error).splitlines())
-    return ": ".join(part for part in parts if part)
 
 
 def read_properties(path: str | None) -> dict[str, str]:
@@ -205,9 +212,34 @@ def _run(admin: FlowAdmin, args: argparse.Namespace, conf: dict[str, str]) -> No
         deleted = admin.delete_queue(args.queue, if_empty=args.if_empty, if_unused=args.if_unused)
         state = f"its state at {deleted.state_location}" if deleted.state_location else "no state left"
         print(f"queue {deleted.name!r} deleted: its table at {deleted.path}, {state}, its registration in {admin.home}")
+    elif args.command == "why":
+        print("\n".join(admin.why(args.queue)))
+    elif args.command == "serve":
+        _serve(admin, args)
     elif args.command == "plot":
         default = "home" if args.queue == ALL_QUEUES else args.queue
         print(admin.plot(args.queue, args.out or f"{default}-depth.png", args.subscription))
+
+
+def _serve(admin: FlowAdmin, args: argparse.Namespace) -> None:
+    from spark_flow.serve import serve, serve_options
+
+    token = os.environ.get(TOKEN_ENV) or None
+    if args.token_file:
+        try:
+            token = Path(args.token_file).read_text().strip()
+        except OSError as error:
+            raise ConfigurationError("--token-file", args.token_file, f"a readable file holding the token ({error.strerror})") from None
+    options = serve_options(admin.home, args.port, args.bind, read_only=args.read_only, token=token,
+                            storage_options=admin.storage_options)
+
+    def ready(server: Any) -> None:
+        mode = ", read-only" if options.read_only else ", actions need a token" if options.token else ""
+        empty = "" if admin.queues() else " (no queue registered yet)"
+        print(f"spark-flow serve: {server.url} (the console{mode}; Prometheus metrics at /metrics) for home "
+              f"{admin.home}{empty}", flush=True)
+
+    serve(options, ready)
 
 
 def _declare(admin: FlowAdmin, queue: str, schema: str | None, settings: dict[str, str], conf: dict[str, str]) -> None:

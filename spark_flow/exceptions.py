@@ -6,7 +6,15 @@ what is allowed, so a failed job's log says how to fix it.
 
 from __future__ import annotations
 
+import re
 from typing import Any
+
+
+def one_line(error: BaseException) -> str:
+    """An error as one plain line: deltalake's chains of causes span several colored lines
+    (``↳ ...``), and a page, a log line or a command's error is one."""
+    parts = (re.sub(r"\x1b\[[0-9;]*m", "", line).strip(" ↳") for line in str(error).splitlines())
+    return ": ".join(part for part in parts if part) or type(error).__name__
 
 
 class SparkFlowError(Exception):

@@ -14,6 +14,7 @@ fail with :class:`~spark_flow.exceptions.QueueNotFoundError`, the listener goes 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -109,6 +110,32 @@ class FlowProgressListener(StreamingQueryListener):
         self._seen: dict[str, int] = {}  # by queue path: the newest version looked at
         self._commits: dict[str, list[Commit]] = {}  # by queue path: sink commits not yet reported
         self._gone: set[str] = set()  # queue paths found gone, logged once
+        self._closes_at_exit = False
+
+    def close(self) -> None:
+        """Stop listening: remove the listener from its session's queries. Under Spark Connect
+        this also ends PySpark's listener thread, which is not a daemon: a client script that
+        added a listener and never removed it does not exit (its interpreter waits for that
+        thread at the end). spark-flow calls it for you when a Connect client's script ends."""
+        from pyspark.sql import SparkSession
+
+        spark = self.spark or SparkSession.getActiveSession()
+        if spark is not None and not getattr(spark, "is_stopped", False):
+            spark.streams.removeListener(self)
+
+    def _set_spark_session(self, session: Any) -> None:
+        """PySpark's hook when the listener is added under Spark Connect (``addListener``): have
+        :meth:`close` run when the client's script ends. Python joins non-daemon threads before
+        ``atexit`` functions run, so it goes in the list of ``threading``'s own exit calls, run
+        before that join (where ``concurrent.futures`` stops its workers)."""
+        super()._set_spark_session(session)
+        register = getattr(threading, "_register_atexit", None)
+        if register is not None and not self._closes_at_exit:
+            try:
+                register(self.close)
+                self._closes_at_exit = True
+            except RuntimeError:  # added while the interpreter shuts down: nothing to wait for
+                pass
 
     def onQueryStarted(self, event: QueryStartedEvent) -> None:
         """Nothing is known before the first batch."""

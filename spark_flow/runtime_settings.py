@@ -45,17 +45,25 @@ class RuntimeSettings:
         self._table = RecordTable(location, storage_options, owner=owner)
         self._version = -1
         self._settings: dict[str, str] = {}
+        self._changed: dict[str, datetime] = {}
         self._applied = -1
 
     def current(self) -> dict[str, str]:
         """The settings in force, read again only when the table has a new version."""
         table = self._table.open()
         if table is not None and table.version() != self._version:
-            rows = read_rows(table, ["key", "value", "command_id"])
+            rows = read_rows(table, ["key", "value", "command_id", "updated_at"])
             self._settings = {row["key"]: row["value"] for row in rows if row["value"] is not None}
+            self._changed = {row["key"]: row["updated_at"] for row in rows}
             self._applied = max((row["command_id"] for row in rows), default=-1)
             self._version = table.version()
         return dict(self._settings)
+
+    def changed_at(self, key: str) -> datetime | None:
+        """When setting ``key`` was last set or removed, None if never (how long an operator's
+        ``stop-producers`` has held a queue)."""
+        self.current()
+        return self._changed.get(key)
 
     def applied(self) -> int:
         """The id of the newest command applied to this queue, -1 if none."""

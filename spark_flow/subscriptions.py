@@ -52,6 +52,7 @@ class Subscription:
     expired_count: int = 0
     dead_lettered_count: int = 0
     delivery: str | None = None  # a failed batch's redelivery in progress (JSON, spark_flow.dead_letters)
+    acked_at: datetime | None = None  # when the position last moved (None: before this column): a stall's clock
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Subscription:
@@ -95,13 +96,15 @@ def _schema() -> pa.Schema:
             pa.field("expired_count", pa.int64()),
             pa.field("dead_lettered_count", pa.int64()),
             pa.field("delivery", pa.string()),
+            pa.field("acked_at", ts),
         ]
     )
 
 
 #: Columns added after the table's first version, with their deltalake types.
 _LATER_COLUMNS = {"index": "long", "last_transition_detail": "string", "expired_count": "long",
-                  "dead_lettered_count": "long", "delivery": "string"}
+                  "dead_lettered_count": "long", "delivery": "string",
+                  "acked_at": "timestamp"}
 
 #: Seconds a subscription's reader may go unseen before it is taken to be gone (the ``flowqueue``
 #: source's default ``readerTimeout``: a live query renews its claim three times as often).
@@ -174,7 +177,7 @@ class SubscriptionTable:
         now = datetime.now(UTC)
         row = {"name": name, "position": position, "index": 0, "flow_stopped": False, "flow_stopped_count": 0,
                "last_transition": None, "discarded_count": 0, "expired_count": 0, "dead_lettered_count": 0,
-               "created_at": now, "updated_at": now}
+               "created_at": now, "updated_at": now, "acked_at": now}
         inserted = self._merge(row, lambda m: m.when_not_matched_insert(
             {key: f"s.{key}" for key in row}
             | {"downstream": "NULL", "reader": "NULL", "reader_seen": "NULL", "reader_process": "NULL",
@@ -203,7 +206,7 @@ class SubscriptionTable:
             return self._not_moved(name, reader)
         row = {"name": name, "position": position.version, "index": position.index, "discarded": discarded,
                "expired": expired, "now": datetime.now(UTC)}
-        update = {"position": "s.position", "index": "s.index", "updated_at": "s.now",
+        update = {"position": "s.position", "index": "s.index", "updated_at": "s.now", "acked_at": "s.now",
                   "discarded_count": "t.discarded_count + s.discarded",
                   "expired_count": "coalesce(t.expired_count, 0) + s.expired"}
         predicate = "(s.position > t.position OR (s.position = t.position AND s.index > coalesce(t.index, 0)))"

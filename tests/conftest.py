@@ -1,13 +1,16 @@
-"""One local SparkSession with Delta for the whole suite (local[2], few partitions, no UI), and
-one class-data archive shared by every JVM the suite starts."""
+"""One local SparkSession with Delta for the whole suite (local[2], few partitions, no UI), one
+class-data archive shared by every JVM the suite starts, and the suite's tiers: a test that
+starts another process (a Spark application, a server, the CLI, a fresh interpreter) is marked
+``processes``; ``make check`` runs every other test."""
 
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -20,6 +23,13 @@ from spark_flow.session import get_spark
 TEST_CONF = {**local_conf(2), "spark.app.name": "spark-flow-tests", "spark.pyspark.python": sys.executable}
 
 
+#: The JVMs the suite starts as processes compile with the client compiler only: each lives
+#: seconds to a minute, too short for the server compiler's work to pay back on 2 cores (a
+#: producer job's run here: 23 s of CPU and 13 s of wall time with both compilers, 11 s and 9 s
+#: with C1 alone). The suite's own session keeps both (see ``spark``).
+JIT = "-XX:TieredStopAtLevel=1"
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
     """Have every JVM of the suite map one class-data archive (AppCDS) of Spark's classes.
 
@@ -27,7 +37,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     with the archive a JVM's start and first Delta write take about 10 s instead of 17 s on 2 cores.
     The archive is made once per Spark version, by running the producer job for a few seconds
     (about 50 s), and kept in pytest's cache. ``JDK_JAVA_OPTIONS`` reaches every ``java`` started
-    below this process; a JVM whose class path the archive does not match runs without it.
+    below this process (with :data:`JIT`); a JVM whose class path the archive does not match runs
+    without it.
     """
     if getattr(session.config, "cache", None) is None:  # -p no:cacheprovider: no place to keep it
         return
@@ -38,7 +49,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     if not archive.exists():
         _archive_classes(archive.with_suffix(".tmp"), quiet)
         archive.with_suffix(".tmp").rename(archive)
-    os.environ["JDK_JAVA_OPTIONS"] = f"-XX:SharedArchiveFile={archive} {quiet}"
+    os.environ["JDK_JAVA_OPTIONS"] = f"-XX:SharedArchiveFile={archive} {quiet} {JIT}"
 
 
 def _archive_classes(archive: Path, quiet: str) -> None:
@@ -53,6 +64,41 @@ def _archive_classes(archive: Path, quiet: str) -> None:
         raise RuntimeError(f"making the class-data archive failed: {failure(result)}")
 
 
+#: Fixtures that start servers (processes of their own): a test that uses one is marked ``processes``.
+SERVERS = {"spark_connect", "connect_session", "spark_cluster", "s3_server", "azurite_server"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark what the tiers need: ``spark`` on every test that uses the suite's session, and
+    ``processes`` on every test that uses a server (directly or through an object ``store``)."""
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        if "spark" in names:
+            item.add_marker(pytest.mark.spark)
+        param = getattr(getattr(item, "callspec", None), "params", {}).get("store", "local")
+        if names & SERVERS or param != "local":
+            item.add_marker(pytest.mark.processes)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    """A test not marked ``processes`` fails if it starts a process: the quick tier (``-m "not
+    processes"``) holds only tests that need no other process, and this keeps it so."""
+    if item.get_closest_marker("processes") is not None:
+        return (yield)
+    execute = subprocess.Popen._execute_child  # type: ignore[attr-defined]
+
+    def refuse(popen: subprocess.Popen, args: object, *rest: object, **kwargs: object) -> None:
+        raise AssertionError(f"{item.nodeid} started a process ({args!r}) but is not marked processes "
+                             "(pytestmark = pytest.mark.processes)")
+
+    subprocess.Popen._execute_child = refuse  # type: ignore[attr-defined]
+    try:
+        return (yield)
+    finally:
+        subprocess.Popen._execute_child = execute  # type: ignore[attr-defined]
+
+
 @pytest.fixture(scope="session")
 def spark_connect(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A local Spark Connect server for the suite; its ``sc://`` URL."""
@@ -62,9 +108,49 @@ def spark_connect(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield url
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[pytest.TestReport]:
+    """Keep each phase's report on the test (``item.failed_call``), for fixtures that clean up
+    after a failure."""
+    report = yield
+    if report.when == "call":
+        item.failed_call = report.failed  # type: ignore[attr-defined]
+    return report
+
+
+@pytest.fixture
+def connect_session(spark_connect: str, request: pytest.FixtureRequest) -> Iterator[Callable[[], str]]:
+    """A function that gives a Spark Connect URL with a session of its own (one per client).
+
+    A client that failed may leave its streaming queries running on the suite's server, taking
+    a core from every test after it: after a failed test, each of its sessions' queries is
+    stopped and the session released (by a client process that attaches to it)."""
+    urls: list[str] = []
+
+    def new() -> str:
+        urls.append(f"{spark_connect}/;session_id={uuid.uuid4()}")
+        return urls[-1]
+
+    yield new
+    if getattr(request.node, "failed_call", False) and urls:
+        script = ("import sys\nfrom pyspark.sql import SparkSession\nfor url in sys.argv[1:]:\n"
+                  "    spark = SparkSession.builder.remote(url).getOrCreate()\n"
+                  "    for query in spark.streams.active:\n        query.stop()\n    spark.stop()\n")
+        subprocess.run([sys.executable, "-c", script, *urls], capture_output=True, timeout=120, check=False)
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
-    session = get_spark(TEST_CONF)
+    """The suite's session. Its JVM lives as long as the suite and runs most of its Spark work:
+    it keeps both compilers (with C1 alone the tests in it took a fifth longer)."""
+    options = os.environ.get("JDK_JAVA_OPTIONS")
+    if options is not None:
+        os.environ["JDK_JAVA_OPTIONS"] = options.replace(JIT, "").strip()
+    try:
+        session = get_spark(TEST_CONF)
+    finally:
+        if options is not None:
+            os.environ["JDK_JAVA_OPTIONS"] = options
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
@@ -128,3 +214,13 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
         conf = abfs_conf(request.getfixturevalue("azurite_server"), AZURITE_ACCOUNT, AZURITE_KEY)
         return Store(kind, f"abfs://flow@{AZURITE_ACCOUNT}.dfs.core.windows.net/{unique}", conf)
     return Store(kind, str(tmp_path))
+
+
+@pytest.fixture(scope="session")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """Headless Chromium for the suite (a selenium WebDriver), with a fresh profile."""
+    from servers import chromium
+
+    base = tmp_path_factory.mktemp("chromium")
+    with chromium(base / "profile", base / "chromedriver.log") as driver:
+        yield driver

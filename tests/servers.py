@@ -10,13 +10,14 @@ import hashlib
 import hmac
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from email.utils import formatdate
 from pathlib import Path
 from urllib.request import Request, urlopen
@@ -154,3 +155,62 @@ def spark_standalone_cluster(work: Path, cores: int = 2, memory: str = "2g", tim
                                    f"{(work / 'worker.log').read_text(errors='replace')[-3000:]}")
             time.sleep(0.5)
         yield f"spark://127.0.0.1:{port}"
+
+
+CHROMIUM = Path(shutil.which("chromium") or "/usr/bin/chromium")
+CHROMEDRIVER = Path(shutil.which("chromedriver") or "/usr/bin/chromedriver")
+#: What headless Chromium needs as root on a closed network: no sandbox (root), no GPU, nothing
+#: fetched or synced in the background.
+CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync", "--no-first-run", "--window-size=1400,1000")
+
+
+@contextmanager
+def chromium(profile: Path, log: Path) -> Iterator[object]:
+    """Headless Chromium driven by chromedriver (Debian's ``chromium`` and ``chromium-driver``,
+    through selenium), with a fresh profile in ``profile``; yields the selenium WebDriver.
+    chromedriver is stopped by its process id when the block ends, Chromium with it."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    missing = [str(p) for p in (CHROMIUM, CHROMEDRIVER) if not p.exists()]
+    if missing:
+        raise RuntimeError(f"{', '.join(missing)} missing: apt-get install chromium chromium-driver (.ci/run does)")
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for flag in (*CHROMIUM_FLAGS, f"--user-data-dir={profile}"):
+        options.add_argument(flag)
+    service = Service(str(CHROMEDRIVER), log_output=str(log))
+    driver = webdriver.Chrome(service=service, options=options)
+    try:
+        yield driver
+    finally:
+        pid = service.process.pid if service.process is not None else None
+        driver.quit()
+        if pid is not None:
+            with suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+PROMETHEUS = Path(shutil.which("prometheus") or "/usr/bin/prometheus")
+PROMTOOL = Path(shutil.which("promtool") or "/usr/bin/promtool")
+
+
+@contextmanager
+def prometheus_server(targets: list[str], work: Path, scrape_interval: str = "1s", rules: Path | None = None,
+                      timeout: float = 60) -> Iterator[str]:
+    """A Prometheus server (Debian's ``prometheus``) on a loopback port scraping ``targets``
+    (``host:port``) every ``scrape_interval``, its data in ``work``; yields its URL."""
+    if not PROMETHEUS.exists():
+        raise RuntimeError(f"{PROMETHEUS} missing: apt-get install prometheus (.ci/run does)")
+    port = free_port()
+    config = work / "prometheus.yml"
+    config.write_text(json.dumps({
+        "global": {"scrape_interval": scrape_interval, "evaluation_interval": scrape_interval},
+        "rule_files": [str(rules)] if rules else [],
+        "scrape_configs": [{"job_name": "spark-flow", "static_configs": [{"targets": targets}]}],
+    }))  # JSON is YAML
+    command = [str(PROMETHEUS), f"--config.file={config}", f"--storage.tsdb.path={work / 'data'}",
+               f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"]
+    with _server(command, port, work / "prometheus.log", "the Prometheus server", timeout, stop_timeout=10):
+        yield f"http://127.0.0.1:{port}"

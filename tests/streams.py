@@ -69,6 +69,18 @@ def drain(queue: Queue, timeout: float = 90.0) -> None:
     wait_until(lambda: all(d.count == 0 for d in queue.depths().values()), timeout)
 
 
+def wait_for_looks(admin: FlowAdmin, queue: str, looks: int, timeout: float = 60.0) -> None:
+    """Wait until the controller has looked at ``queue`` (written its status row) ``looks`` more
+    times: a test that shows what many looks do not change waits for them, not for a time."""
+    seen: set[object] = set()
+
+    def looked() -> bool:
+        seen.add(status_of(admin, queue).get("updated_at"))
+        return len(seen) > looks
+
+    wait_until(looked, timeout, interval=0.1)
+
+
 def status_of(admin: FlowAdmin, queue: str, subscription: str = "default") -> dict[str, object]:
     """The controller's status row of ``queue``/``subscription``; empty while it has none."""
     frame = admin.status()

@@ -8,7 +8,6 @@ from fractions import Fraction
 from typing import Any
 
 import pytest
-from pyspark.sql import SparkSession
 
 from spark_flow.config import (
     ProducerSettings,
@@ -19,7 +18,7 @@ from spark_flow.config import (
     queue_settings,
 )
 from spark_flow.exceptions import ConfigurationError, QueueSettingError, UnknownKeyError
-from spark_flow.keys import check_conf, conf_settings, pattern_matches, session_flow_conf, split_options
+from spark_flow.keys import check_conf, conf_settings, pattern_matches, split_options
 from spark_flow.state import FlowState, Thresholds
 from spark_flow.units import parse_duration, parse_size
 
@@ -339,26 +338,6 @@ def test_split_options_own_producer_settings_and_conf_case_insensitively() -> No
         split_options({"maxRecordPerTrigger": "5"}, ["queue", "maxRecordsPerTrigger"])
     with pytest.raises(QueueSettingError, match="stopCount is a queue setting"):
         split_options({"stopcount": "5"}, ["queue"])
-
-
-def test_session_flow_conf_reads_exactly_the_spark_flow_keys_set_now(spark: SparkSession) -> None:
-    """Only the ``spark.flow.*`` keys, as set now; values keep their commas and equal signs."""
-    keys = {"spark.flow.stopCount": "7", "spark.flow.queues.events.>.resumeSize": "a=1, b=2",
-            "spark.flowing": "not ours"}
-    for key, value in keys.items():
-        spark.conf.set(key, value)
-    try:
-        conf = session_flow_conf(spark)
-        assert conf == {k: v for k, v in spark.conf.getAll.items() if k.startswith("spark.flow.")}
-        assert conf["spark.flow.stopCount"] == "7"
-        assert conf["spark.flow.queues.events.>.resumeSize"] == "a=1, b=2"
-        assert "spark.flowing" not in conf
-        spark.conf.set("spark.flow.stopCount", "8")
-        assert session_flow_conf(spark)["spark.flow.stopCount"] == "8"
-    finally:
-        for key in keys:
-            spark.conf.unset(key)
-    assert not set(keys) & set(session_flow_conf(spark))
 
 
 def test_home_limits_follow_the_queue_rules_resume_zero_is_the_stop() -> None:

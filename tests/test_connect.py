@@ -8,13 +8,14 @@ import os
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from spark_flow import open_queue
 
-pytestmark = pytest.mark.e2e
+pytestmark = pytest.mark.processes
 
 CLIENT = textwrap.dedent("""
     import sys
@@ -39,14 +40,40 @@ CLIENT = textwrap.dedent("""
 """)
 
 
-def test_a_producer_that_cannot_tell_its_query_fails_before_writing(tmp_path: Path, spark_connect: str) -> None:
+def test_a_producer_that_cannot_tell_its_query_fails_before_writing(tmp_path: Path,
+                                                                   connect_session: Callable[[], str]) -> None:
     """Connect tells a foreachBatch function nothing of its query: with two queries running and
     no ``query_name``, the sink's first batch fails naming ``query_name`` and the queries it
     could be, and the queue gets no message."""
-    env = {**os.environ, "SPARK_REMOTE": spark_connect}
+    env = {**os.environ, "SPARK_REMOTE": connect_session()}
     result = subprocess.run([sys.executable, "-c", CLIENT, str(tmp_path)], env=env, capture_output=True, text=True,
                             timeout=400, check=False)
     assert result.returncode == 0, f"stdout:\n{result.stdout[-3000:]}\nstderr:\n{result.stderr[-3000:]}"
     error = next(line for line in result.stdout.splitlines() if line.startswith("EXCEPTION"))
     assert "query_name=None is not valid" in error and "'p'" in error and "QueueSink(query_name=" in error, error
     assert open_queue(str(tmp_path / "q")).depth().count == 0
+
+
+LISTENING_CLIENT = textwrap.dedent("""
+    import sys
+    from spark_flow import FlowProgressListener, get_spark
+
+    spark = get_spark()
+    listener = FlowProgressListener(queues=[])
+    spark.streams.addListener(listener)
+    query = spark.readStream.format("rate").load().writeStream.format("noop").start()
+    query.processAllAvailable()
+    query.stop()
+    print("end of script", flush=True)
+""")
+
+
+def test_a_client_that_added_a_flow_progress_listener_exits_at_its_script_s_end(spark_connect: str) -> None:
+    """PySpark's Connect listener thread is not a daemon and waits on the server for events: a
+    client that added a listener and never removed it would wait at its end forever. spark-flow
+    closes its listener when the script ends (``listener.close()`` does it at once)."""
+    env = {**os.environ, "SPARK_REMOTE": spark_connect}
+    result = subprocess.run([sys.executable, "-c", LISTENING_CLIENT], env=env, capture_output=True, text=True,
+                            timeout=180, check=False)
+    assert (result.returncode, result.stdout) == (0, "end of script\n"), result.stderr[-3000:]
+    assert "Warning" not in result.stderr, result.stderr[-3000:]

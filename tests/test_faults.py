@@ -37,7 +37,7 @@ from spark_flow.home import control_path
 from spark_flow.queue import Queue
 from spark_flow.sink import QueueSink
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
+pytestmark = pytest.mark.timeout(900)
 
 FAULT_PROCESS = Path(__file__).parent / "fault_process.py"
 SCHEMA = "id BIGINT, producer STRING"
@@ -162,6 +162,7 @@ class Housekeeper:
         return self.purged
 
 
+@pytest.mark.processes
 def test_kill_9_producer_and_consumer_at_random_points_delivers_exactly_once(
         spark: SparkSession, tmp_path: Path, children: list[Child]) -> None:
     """Stop 60 / resume 30, producer capacity 25 (chunks of 25 between gate looks), 400 ids in
@@ -257,6 +258,7 @@ def test_kill_9_producer_and_consumer_at_random_points_delivers_exactly_once(
         "depth bound: stop + capacity (+ one capacity for the replay of a killed producer's batch)")
 
 
+@pytest.mark.processes
 def test_kill_9_controller_at_random_points_keeps_status_and_count_exact(
         spark: SparkSession, tmp_path: Path, children: list[Child]) -> None:
     """A controller process (stop 5 / resume 2, plain appends: no gate, so only the controller

@@ -5,15 +5,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import pytest
 from invariants import assert_transitions_follow_thresholds
 from pyspark.sql import SparkSession
 from streams import drain, is_held, start_consumer, start_producer, wait_until
 
 from spark_flow.declare import declare
 from spark_flow.source import read_queue
-
-pytestmark = pytest.mark.e2e
 
 SCHEMA = "id BIGINT, producer STRING"
 

@@ -25,7 +25,6 @@ from spark_flow.sink import QueueSink
 SCHEMA = "id BIGINT, producer STRING"
 
 
-@pytest.mark.e2e
 def test_two_queues_under_their_own_stop_held_by_the_home_and_released_under_its_resume(
         spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Queues a and b each stop at 100; their home stops at 120 and resumes under 60. Producers

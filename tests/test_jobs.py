@@ -1,7 +1,7 @@
 """The producer and consumer jobs, run as users run them: spark-submit on the pip-installed Spark,
 and the conf files they are run with.
 
-Each spark-submit is its own JVM (marked e2e); results are read back with deltalake, so the
+Each job is a process of its own (marked processes); results are read back with deltalake, so the
 module needs no SparkSession of its own.
 """
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -39,6 +40,7 @@ def properties(path: Path) -> dict[str, str]:
                   "--delay-per-message", "--rows-per-second", "--trigger", "--checkpoint", "--run-seconds",
                   "--until-empty"]),
 ])
+@pytest.mark.processes
 def test_help_documents_every_option(job: str, options: list[str]) -> None:
     result = subprocess.run([sys.executable, str(JOBS / f"{job}.py"), "--help"], capture_output=True, text=True,
                             timeout=120, check=False)
@@ -48,6 +50,7 @@ def test_help_documents_every_option(job: str, options: list[str]) -> None:
     assert "examples:" in result.stdout and "spark-submit" in result.stdout
 
 
+@pytest.mark.processes
 def test_bad_option_names_it(tmp_path: Path) -> None:
     result = subprocess.run([sys.executable, str(JOBS / "producer.py"), "--queue", str(tmp_path / "q"),
                              "--rate", "fast"], capture_output=True, text=True, timeout=120, check=False)
@@ -61,6 +64,7 @@ def test_bad_option_names_it(tmp_path: Path) -> None:
     (["--max-bytes-per-trigger", "lots"], "argument --max-bytes-per-trigger: 'lots' is not a size"),
     (["--max-trigger-delay", "5s"], "argument --max-trigger-delay: needs --min-records-per-trigger"),
 ])
+@pytest.mark.processes
 def test_bad_read_limit_names_it(tmp_path: Path, args: list[str], message: str) -> None:
     """The consumer's read limits are checked before a session starts."""
     result = subprocess.run([sys.executable, str(JOBS / "consumer.py"), "--queue", str(tmp_path / "q"),
@@ -70,7 +74,7 @@ def test_bad_read_limit_names_it(tmp_path: Path, args: list[str], message: str) 
     assert message in result.stderr, result.stderr
 
 
-@pytest.mark.e2e
+@pytest.mark.processes
 def test_bad_flow_conf_fails_before_anything_is_written(tmp_path: Path) -> None:
     queue = tmp_path / "q"
     result = spark_submit("producer", "--queue", str(queue), "--run-seconds", "5",
@@ -84,19 +88,17 @@ def test_bad_flow_conf_fails_before_anything_is_written(tmp_path: Path) -> None:
     assert not queue.exists()
 
 
-@pytest.mark.e2e
-@pytest.mark.parametrize("session", ["classic", "connect"])
-def test_producer_is_held_then_the_consumer_drains_the_queue(tmp_path: Path, session: str,
-                                                             request: pytest.FixtureRequest) -> None:
-    """The jobs as spark-submit runs them: with their own local session, and as Spark Connect
-    clients (``spark-submit --remote``), whose foreachBatch runs on the server while the
-    progress lines are printed by the job."""
+@pytest.mark.processes
+def test_producer_is_held_then_the_consumer_drains_the_queue_as_spark_connect_clients(
+        tmp_path: Path, connect_session: Callable[[], str]) -> None:
+    """The jobs as Spark Connect clients (``spark-submit --remote``), whose foreachBatch runs on
+    the server while the progress lines are printed by the job. (With their own session, the
+    same run is the README walkthrough's, and test_object_storage's on S3 and ABFS.)"""
     path, output = tmp_path / "events", tmp_path / "consumed"
-    remote = request.getfixturevalue("spark_connect") if session == "connect" else None
 
     producer = spark_submit(
         "producer", "--queue", str(path), "--name", "p1", "--rate", str(RATE), "--capacity", str(CAPACITY),
-        "--trigger", "500ms", "--run-seconds", "12", remote=remote,
+        "--trigger", "500ms", "--run-seconds", "12", remote=connect_session(),
         conf={"spark.flow.stopCount": str(STOP), "spark.flow.resumeCount": str(RESUME)})
     assert producer.returncode == 0, failure(producer)
     assert not warnings(producer), failure(producer)  # what the user sees: nothing spark-flow could prevent
@@ -119,7 +121,7 @@ def test_producer_is_held_then_the_consumer_drains_the_queue(tmp_path: Path, ses
     consumer = spark_submit(
         "consumer", "--queue", str(path), "--output", str(output), "--max-records-per-trigger", "10",
         "--max-bytes-per-trigger", "500", "--rows-per-second", "50", "--trigger", "500ms", "--until-empty",
-        remote=remote)
+        remote=connect_session())
     assert consumer.returncode == 0, failure(consumer)
     assert not warnings(consumer), failure(consumer)
     lines = progress(consumer.stdout, "consumer")

@@ -4,14 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 from pyspark.sql import SparkSession
 from streams import start_consumer, start_producer, wait_until
 
 from spark_flow.declare import declare
 from spark_flow.listener import FlowProgress, FlowProgressListener
-
-pytestmark = pytest.mark.e2e
 
 
 def test_listener_reports_depth_flow_state_and_time_held(spark: SparkSession, tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ import os
 import runpy
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -16,8 +17,6 @@ from spark_flow import FlowAdmin
 from spark_flow.homeflow import open_home
 
 NOTEBOOK = Path(__file__).parent.parent / "notebooks" / "flow_control_quickstart.py"
-
-pytestmark = pytest.mark.e2e
 
 
 def assert_notebook_did_what_it_says(base: Path) -> None:
@@ -52,10 +51,11 @@ def test_notebook_runs_as_a_script(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert_notebook_did_what_it_says(tmp_path)
 
 
-def test_notebook_runs_under_spark_connect(tmp_path: Path, spark_connect: str) -> None:
+@pytest.mark.processes
+def test_notebook_runs_under_spark_connect(tmp_path: Path, connect_session: Callable[[], str]) -> None:
     """The notebook as a Connect client: its queries, foreachBatch sinks and data sources run on
     the server, spark_flow's own reads (FlowAdmin, depths) in the client."""
-    env = {**os.environ, "SPARK_REMOTE": spark_connect, "FLOW_NOTEBOOK_DIR": str(tmp_path)}
+    env = {**os.environ, "SPARK_REMOTE": connect_session(), "FLOW_NOTEBOOK_DIR": str(tmp_path)}
     run = ("import runpy, sys; from spark_flow.session import exit_process; "
            f"runpy.run_path({str(NOTEBOOK)!r}, run_name='__main__'); exit_process(0)")
     result = subprocess.run([sys.executable, "-c", run], env=env, capture_output=True, text=True, timeout=540,

@@ -1,72 +1,171 @@
 """The producer, controller and consumer jobs (spark-submit, each its own JVM) with the queue,
-``spark.flow.home`` and every checkpoint on object storage: the suite's S3 server (moto).
-Results are read back with deltalake and the storage options spark-flow derives."""
+``spark.flow.home`` and every checkpoint on object storage: the suite's S3 server (moto), with
+the producer and the consumer as applications of the suite's standalone cluster (the README's
+line), and its Azure Blob server (Azurite), with local applications. Results are read back with
+deltalake and the storage options spark-flow derives.
+
+Each run starts five applications, a JVM each: one run per store proves what the jobs do there
+(held within stop + capacity, restarted from the checkpoint, the controller's status and a
+command queued while it was down, the consumer's read limits, every message once, no secret in
+any output), and on S3 that the sink's writes and the source's reads ran in executors.
+"""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 from deltalake import DeltaTable
-from processes import failure, progress, spark_submit
+from processes import ROOT, failure, progress, spark_submit
 from stores import Store
+from test_readme import BIN, bash_blocks
 
 from spark_flow.admin import FlowAdmin
 from spark_flow.queue import Queue
 
-STOP, RESUME, CAPACITY, RATE = 20, 10, 30, 20
+pytestmark = pytest.mark.processes
 
 
-@pytest.mark.e2e
-@pytest.mark.parametrize("store", ["s3", "abfs"], indirect=True)
-def test_jobs_with_queue_home_and_checkpoints_on_object_storage(store: Store) -> None:
-    """The queue, the home (state tables, status) and every checkpoint on ``store``: a held
-    producer restarted from its checkpoint, the controller's status, the consumer; every message
-    once, and no secret in any output."""
+def _executor_logs(worker: Path) -> dict[str, str]:
+    """Each application's executors' stderr in the worker's directory, by application id."""
+    return {app.name: "".join(log.read_text(errors="replace") for log in sorted(app.glob("*/stderr")))
+            for app in sorted(worker.glob("app-*"))}
+
+
+def check_held_producer(store: Store, path: str, runs: list[subprocess.CompletedProcess[str]], name: str,
+                        stop: int, capacity: int) -> tuple[Queue, list[int]]:
+    """A producer run, then a second from its checkpoint: both held, no line (nor the table) over
+    stop + the producer's capacity window, nothing written twice, 100-byte messages. Returns the
+    queue and the ids enqueued."""
+    for run in runs:
+        assert run.returncode == 0, failure(run)
+    lines = [line for run in runs for line in progress(run.stdout, "producer")]
+    assert lines, failure(runs[0])
+    assert any(line["flowStopped"] == "true" for line in lines), failure(runs[0])
+    assert all(int(line["depth"]) <= stop + capacity for line in lines), failure(runs[0])
+    enqueued = DeltaTable(path, storage_options=store.options).to_pyarrow_table(columns=["id", "producer", "body"])
+    assert stop < enqueued.num_rows <= stop + capacity
+    ids = enqueued.column("id").to_pylist()
+    assert len(ids) == len(set(ids))  # the restarted producer wrote nothing twice
+    assert set(enqueued.column("producer").to_pylist()) == {name}
+    assert {len(b) for b in enqueued.column("body").to_pylist()} == {100 - 16 - len(name)}  # --message-size 100
+    queue = Queue(path, store.options)
+    default = queue.subscriptions.get("default")
+    assert default.flow_stopped and default.flow_stopped_count >= 1
+    assert queue.depth().count == enqueued.num_rows
+    return queue, ids
+
+
+def check_controller(store: Store, home: str, conf: dict[str, str], queue: Queue, stop: int, resume: int,
+                     depth: int) -> subprocess.CompletedProcess[str]:
+    """The controller job, started after a stop-producers command was issued: its status shows
+    the queue's thresholds, depth and flow state, and the command applied once."""
+    admin = FlowAdmin(home, store.options)
+    command = admin.stop_producers("events")  # issued while no controller runs: applied when it starts
+    controller = spark_submit("controller", "--run-seconds", "6", conf=conf)
+    assert controller.returncode == 0, failure(controller)
+    lines = progress(controller.stdout, "controller")
+    assert lines and lines[-1]["flowStopped"] == "events/default" and lines[-1]["held"] == "events", failure(controller)
+    status = admin.status()
+    row = status[(status["queue"] == "events") & (status["subscription"] == "default")].iloc[0]
+    assert (row["stop_count"], row["resume_count"], row["depth_count"]) == (stop, resume, depth)
+    assert row["flow_stopped"] and row["producers_stopped"] and row["producers_held"]
+    assert row["flow_stopped_count"] == queue.subscriptions.get("default").flow_stopped_count
+    events = [(r["event"], r["detail"]) for r in admin.history("events") if r["event"] != "sample"]
+    assert events.count(("command", f"command {command}: stop-producers")) == 1, events
+    return controller
+
+
+def check_consumer(store: Store, output: str, consumer: subprocess.CompletedProcess[str], queue: Queue,
+                   ids: list[int], batch: int) -> None:
+    """The consumer drained the queue in batches of ``batch`` messages (all full but the last),
+    every message exactly once."""
+    assert consumer.returncode == 0, failure(consumer)
+    lines = progress(consumer.stdout, "consumer")
+    assert [int(line["consumed"]) for line in lines[:-1]] == [batch] * (len(lines) - 1), failure(consumer)
+    assert sum(int(line["consumed"]) for line in lines) == len(ids), failure(consumer)
+    assert lines[-1]["depth"] == "0", failure(consumer)
+    consumed = DeltaTable(output, storage_options=store.options).to_pyarrow_table(columns=["id"]).column("id")
+    assert sorted(consumed.to_pylist()) == sorted(ids)  # every message exactly once
+    queue.refresh()
+    assert queue.depth().count == 0
+
+
+@pytest.mark.parametrize("store", ["s3"], indirect=True)
+def test_jobs_on_a_standalone_cluster_with_queue_home_and_checkpoints_on_s3(
+        spark_cluster: tuple[str, Path], store: Store, tmp_path: Path) -> None:
+    """The README's producer line (its master, a properties file with the S3 settings and the
+    home, a shorter run) held at the queue's stop 500, then restarted from its checkpoint in a
+    local application; the controller; a consumer application draining the queue in batches of
+    200 (``--max-bytes-per-trigger`` tighter than ``--max-records-per-trigger``). Each cluster
+    application had its executor on the cluster, and no task failed there."""
+    master, worker = spark_cluster
+    stop, capacity = 500, 300  # stop: the README's line; a capacity that fills the queue in few S3 commits
+    path, output, home = store.url("queues", "events"), store.url("consumed"), store.url("home")
+    conf = {**store.conf, "spark.flow.home": home}
+    executors = {"spark.cores.max": "1", "spark.executor.memory": "768m", "spark.pyspark.python": sys.executable}
+    before = set(_executor_logs(worker))
+
+    [line] = bash_blocks("Clusters and object storage")[1]
+    (tmp_path / "my-s3.conf").write_text("".join(f"{key} {value}\n" for key, value in conf.items()))
+    words = [word.replace("spark://master:7077", master).replace("s3a://flow/queues/events", path)
+             .replace("my-s3.conf", str(tmp_path / "my-s3.conf")) for word in line]
+    words[1:1] = [part for key, value in executors.items() for part in ("--conf", f"{key}={value}")]
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    options = ["--capacity", str(capacity), "--trigger", "500ms"]
+    first = subprocess.run([str(BIN / words[0]), *words[1:], *options, "--run-seconds", "25"], cwd=ROOT, env=env,
+                           capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, failure(first)
+    assert f"stopCount={stop} resumeCount={stop}" in first.stdout, failure(first)
+    again = spark_submit("producer", "--queue", path, *options, "--run-seconds", "6",
+                         conf={**conf, "spark.flow.stopCount": str(stop)})  # goes on from the checkpoint, held
+    queue, ids = check_held_producer(store, path, [first, again], "producer", stop, capacity)
+
+    controller = check_controller(store, home, conf, queue, stop, stop, len(ids))
+
+    consumer = spark_submit("consumer", "--queue", path, "--output", output, "--max-records-per-trigger", "300",
+                            "--max-bytes-per-trigger", "20000", "--trigger", "500ms", "--until-empty",
+                            conf={**conf, "spark.master": master, **executors})
+    check_consumer(store, output, consumer, queue, ids, 200)  # 100-byte messages within 20000 bytes
+
+    # Two applications, each given an executor by the worker (a cluster's driver runs no task: the
+    # consumer's flowqueue reads ran in its executor's Python workers), no task failed there.
+    apps = {app: log for app, log in _executor_logs(worker).items() if app not in before}
+    assert len(apps) == 2, apps.keys()
+    for app, log in apps.items():
+        assert "Exception in task" not in log and "Traceback" not in log, f"{app}:\n{log[-3000:]}"
+    for run in (first, again, controller, consumer):
+        for secret in store.secrets:
+            assert secret not in run.stdout + run.stderr
+
+
+@pytest.mark.parametrize("store", ["abfs"], indirect=True)
+def test_jobs_with_queue_home_and_checkpoints_on_abfs(store: Store) -> None:
+    """The jobs as local applications with stop 20 / resume 10 in their conf: a held producer
+    restarted from its checkpoint, the controller, then the consumer in batches of 5
+    (``--max-bytes-per-trigger 500`` tighter than ``--max-records-per-trigger 10``)."""
+    stop, resume, capacity, rate = 20, 10, 30, 60
     path, output, home = store.url("queues", "events"), store.url("consumed"), store.url("home")
     conf = {**store.conf, "spark.flow.home": home}
     # A batch can take seconds (object storage, a busy machine): a rate that fills the queue in
     # the first batch with rows (then held between two chunks of capacity).
-    runs = [spark_submit("producer", "--queue", path, "--name", "p1", "--rate", str(3 * RATE), "--capacity",
-                         str(CAPACITY), "--trigger", "500ms", "--run-seconds", run_seconds,
-                         conf={**conf, "spark.flow.stopCount": str(STOP), "spark.flow.resumeCount": str(RESUME)})
+    runs = [spark_submit("producer", "--queue", path, "--name", "p1", "--rate", str(rate), "--capacity",
+                         str(capacity), "--trigger", "500ms", "--run-seconds", run_seconds,
+                         conf={**conf, "spark.flow.stopCount": str(stop), "spark.flow.resumeCount": str(resume)})
             for run_seconds in ("20", "6")]  # the second run goes on from the first's checkpoint, held
     for producer in runs:
-        assert producer.returncode == 0, failure(producer)
-        assert f"stopCount={STOP} resumeCount={RESUME}" in producer.stdout, failure(producer)
-    lines = [line for run in runs for line in progress(run.stdout, "producer")]
-    assert lines, failure(runs[0])
-    # Held: the queue went over stop, the producer was flow-stopped, and no line (nor the
-    # table) ever shows more than stop + the producer's capacity window.
-    assert any(line["flowStopped"] == "true" for line in lines), failure(runs[0])
-    assert all(int(line["depth"]) <= STOP + CAPACITY for line in lines), failure(runs[0])
-    queue = Queue(path, store.options)
-    enqueued = DeltaTable(path, storage_options=store.options or None).to_pyarrow_table(columns=["id", "producer", "body"])
-    assert STOP < enqueued.num_rows <= STOP + CAPACITY
-    ids = enqueued.column("id").to_pylist()
-    assert len(ids) == len(set(ids))  # the restarted producer wrote nothing twice
-    assert set(enqueued.column("producer").to_pylist()) == {"p1"}
-    assert {len(b) for b in enqueued.column("body").to_pylist()} == {100 - 16 - len("p1")}  # --message-size 100
-    default = queue.subscriptions.get("default")
-    assert default.flow_stopped and default.flow_stopped_count >= 1
-    assert queue.depth().count == enqueued.num_rows
+        assert f"stopCount={stop} resumeCount={resume}" in producer.stdout, failure(producer)
+    queue, ids = check_held_producer(store, path, runs, "p1", stop, capacity)
 
-    controller = spark_submit("controller", "--run-seconds", "6", conf=conf)
-    assert controller.returncode == 0, failure(controller)
-    status = FlowAdmin(home, store.options).status()
-    row = status[(status["queue"] == "events") & (status["subscription"] == "default")].iloc[0]
-    assert (row["stop_count"], row["resume_count"], row["depth_count"]) == (STOP, RESUME, enqueued.num_rows)
-    assert row["flow_stopped"] and row["flow_stopped_count"] == default.flow_stopped_count
+    controller = check_controller(store, home, conf, queue, stop, resume, len(ids))
 
-    # one consumer run: every JVM on object storage costs about a minute on the 2-core machine
     consumer = spark_submit("consumer", "--queue", path, "--output", output, "--max-records-per-trigger", "10",
-                            "--rows-per-second", "50", "--trigger", "500ms", "--until-empty", conf=conf)
-    assert consumer.returncode == 0, failure(consumer)
-    lines = progress(consumer.stdout, "consumer")
-    assert sum(int(line["consumed"]) for line in lines) == enqueued.num_rows, failure(consumer)
-    assert lines[-1]["depth"] == "0", failure(consumer)
-    consumed = DeltaTable(output, storage_options=store.options or None).to_pyarrow_table(columns=["id"])
-    assert sorted(consumed.column("id").to_pylist()) == sorted(ids)  # every message exactly once
-    queue.refresh()
-    assert queue.depth().count == 0
+                            "--max-bytes-per-trigger", "500", "--rows-per-second", "50", "--trigger", "500ms",
+                            "--until-empty", conf=conf)
+    check_consumer(store, output, consumer, queue, ids, 5)  # 100-byte messages within 500 bytes
     for run in [*runs, controller, consumer]:
         for secret in store.secrets:
             assert secret not in run.stdout + run.stderr

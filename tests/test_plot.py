@@ -53,3 +53,20 @@ def test_an_age_limited_queue_plots_the_oldest_message_age_on_a_second_axis(tmp_
     aged = plot_depth(points, None, tmp_path / "aged.png")
     assert aged.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert aged.stat().st_size > plain.stat().st_size  # the age line, its thresholds and a second axis
+
+
+def test_plot_points_take_the_depth_of_each_transition_between_samples() -> None:
+    """A stop at depth 400 between two samples at 200 shows in the plot; a manual stop keeps
+    producers held on the transition points after it; records older than the first sample are left out."""
+    t0 = datetime(2026, 11, 23, tzinfo=UTC)
+
+    def at(seconds: float, depth: int, stopped: bool, **more: object) -> dict[str, object]:
+        return {"time": t0 + timedelta(seconds=seconds), "depth_count": depth, "flow_stopped": stopped,
+                "stop_count": 300, "resume_count": 150, **more}
+
+    samples = [at(0, 200, False, producers_stopped=False), at(2, 200, True, producers_stopped=False),
+               at(4, 100, False, producers_stopped=True)]
+    transitions = [at(-5, 999, True), at(1, 400, True), at(5, 0, False)]
+    assert depth_points(samples, transitions) == [
+        Sample(0.0, 200, False, 300, 150), Sample(1.0, 400, True, 300, 150), Sample(2.0, 200, True, 300, 150),
+        Sample(4.0, 100, True, 300, 150), Sample(5.0, 0, True, 300, 150)]

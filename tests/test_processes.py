@@ -13,7 +13,7 @@ from pyspark.sql import SparkSession
 
 from spark_flow.declare import declare
 
-pytestmark = pytest.mark.e2e
+pytestmark = pytest.mark.processes
 
 
 def write_batches(folder: Path, producer: str, batches: int, rows: int) -> None:

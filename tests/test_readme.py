@@ -2,7 +2,7 @@
 spark-submit with its own conf (paths under a temporary folder instead of /tmp/flow, and
 ``--run-seconds`` so the jobs end: shorter runs).
 
-Each spark-submit is its own JVM (marked e2e); results are read back with deltalake and the CLI.
+Each spark-submit is its own JVM (marked processes); results are read back with deltalake and the CLI.
 """
 
 from __future__ import annotations
@@ -20,11 +20,10 @@ import pytest
 from invariants import assert_transitions_follow_thresholds
 from processes import ROOT, failure, progress
 from pyspark.sql import SparkSession
+from streams import wait_for_looks
 
 from spark_flow.admin import FlowAdmin
 from spark_flow.queue import Queue
-
-pytestmark = pytest.mark.e2e
 
 README = ROOT / "README.md"
 BIN = Path(sys.executable).parent
@@ -90,6 +89,7 @@ def wait_for(predicate: object, timeout: float, what: str) -> None:
         time.sleep(1)
 
 
+@pytest.mark.processes
 def test_readme_walkthrough_as_written(tmp_path: Path) -> None:
     """The controller started with ``spark.flow.home`` only, the producer with stop 500 / resume
     300 in its own conf, then the slow consumer: the status shows 500 / 300 while the producer
@@ -99,8 +99,10 @@ def test_readme_walkthrough_as_written(tmp_path: Path) -> None:
     _setup, [controller], [producer], [consumer], operate = bash_blocks("Walkthrough")
     walk = Walkthrough(tmp_path)
     home, path = tmp_path / "home", tmp_path / "queues" / "events"
+    # The producer runs long enough for the consumer to drain it under resume and for it to go
+    # on (the consumer starts about 25 s after the hold); each run counts from its query's start.
     jobs = [walk.start(controller, "--run-seconds", "600"),
-            walk.start(producer, "--run-seconds", "150")]
+            walk.start(producer, "--run-seconds", "80")]
     try:
         admin = FlowAdmin(str(home))
 
@@ -109,13 +111,13 @@ def test_readme_walkthrough_as_written(tmp_path: Path) -> None:
             return frame.to_dict("records")[0] if len(frame) else {}
 
         wait_for(lambda: status().get("flow_stopped") is True, 240, "the producer held, seen by the controller")
-        time.sleep(8)  # the controller looks at the held queue every second
+        wait_for_looks(admin, "events", 8, 120)  # one hold, however often the controller looks at it
         held = status()
         assert (held["stop_count"], held["resume_count"]) == (500, 300)
         assert (held["flow_stopped"], held["flow_stopped_count"], held["producers_held"]) == (True, 1, True)
         assert 500 < held["depth_count"] <= 700
 
-        drained = walk.run(consumer, "--run-seconds", "60")
+        drained = walk.run(consumer, "--run-seconds", "30")
         assert drained.returncode == 0, failure(drained)
         made = finish(jobs[1], 300)
         assert made.returncode == 0, failure(made)

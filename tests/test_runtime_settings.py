@@ -56,3 +56,13 @@ def test_a_second_handle_sees_new_settings(overrides: RuntimeSettings) -> None:
     assert other.current() == {"producersStopped": "true"}
     overrides.apply({"producersStopped": "false"}, 2)
     assert (other.current(), other.applied()) == ({"producersStopped": "false"}, 2)
+
+
+def test_when_each_setting_last_changed(overrides: RuntimeSettings) -> None:
+    """How long an operator's stop has held a queue: when its setting was last set."""
+    assert overrides.changed_at("producersStopped") is None
+    overrides.apply({"producersStopped": "true", "stopCount": "5"}, 1)
+    stopped = overrides.changed_at("producersStopped")
+    overrides.apply({"stopCount": "6"}, 2)
+    assert overrides.changed_at("producersStopped") == stopped
+    assert overrides.changed_at("stopCount") > stopped

@@ -7,10 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from chispa import assert_df_equality
 from processes import ROOT
 from pyspark.sql import SparkSession
 
+from spark_flow.keys import session_flow_conf
 from spark_flow.session import DELTA_PACKAGE, get_spark
 
 
@@ -30,6 +32,26 @@ def test_existing_session_is_returned_unchanged(spark: SparkSession) -> None:
     again = get_spark({"spark.sql.shuffle.partitions": "99", "spark.master": "local[1]"})
     assert again is spark
     assert spark.conf.get("spark.sql.shuffle.partitions") == "2"
+
+
+def test_session_flow_conf_reads_exactly_the_spark_flow_keys_set_now(spark: SparkSession) -> None:
+    """Only the ``spark.flow.*`` keys, as set now; values keep their commas and equal signs."""
+    keys = {"spark.flow.stopCount": "7", "spark.flow.queues.events.>.resumeSize": "a=1, b=2",
+            "spark.flowing": "not ours"}
+    for key, value in keys.items():
+        spark.conf.set(key, value)
+    try:
+        conf = session_flow_conf(spark)
+        assert conf == {k: v for k, v in spark.conf.getAll.items() if k.startswith("spark.flow.")}
+        assert conf["spark.flow.stopCount"] == "7"
+        assert conf["spark.flow.queues.events.>.resumeSize"] == "a=1, b=2"
+        assert "spark.flowing" not in conf
+        spark.conf.set("spark.flow.stopCount", "8")
+        assert session_flow_conf(spark)["spark.flow.stopCount"] == "8"
+    finally:
+        for key in keys:
+            spark.conf.unset(key)
+    assert not set(keys) & set(session_flow_conf(spark))
 
 
 def test_delta_write_and_stream_read(spark: SparkSession, tmp_path: Path) -> None:
@@ -54,6 +76,7 @@ def test_spark_defaults_conf_excludes_what_get_spark_excludes() -> None:
     assert lines["spark.jars.excludes"].strip().split(",") == list(SPARK_PROVIDED)
 
 
+@pytest.mark.processes
 def test_spark_submit_settings_win_over_get_spark_defaults(tmp_path: Path) -> None:
     """Under spark-submit, ``--master`` and ``--conf`` are the session's: get_spark's local
     defaults (``local[*]``, 4 shuffle partitions) fill only what nothing set. A job submitted to a

@@ -178,7 +178,6 @@ def test_the_batch_cache_and_session_conf_are_left_as_found(spark: SparkSession,
     assert row_count(path) == 5
 
 
-@pytest.mark.e2e
 def test_a_running_producer_survives_metadata_commits_on_its_queue(spark: SparkSession, tmp_path: Path) -> None:
     """ALTER TBLPROPERTIES and re-declares while a producer streams into the queue: Delta fails an
     append that overlaps a metadata commit (MetadataChangedException); the sink appends again,

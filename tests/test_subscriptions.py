@@ -42,6 +42,18 @@ def test_acknowledge_moves_forward_only_and_counts_discarded(subs: SubscriptionT
     assert (sub.position, sub.discarded_count) == (8, 3)
 
 
+def test_acked_at_is_when_the_position_last_moved(subs: SubscriptionTable) -> None:
+    """A stall's clock: a flow transition or a claim does not move it, an acknowledgement does."""
+    subs.create("default", 0)
+    created = subs.get("default").acked_at
+    assert created is not None
+    subs.transition(subs.get("default"), True, 1, "{}")
+    subs.claim("default", "query-a", timeout=60)
+    assert subs.get("default").acked_at == created
+    subs.acknowledge("default", 3, reader="query-a")
+    assert subs.get("default").acked_at > created
+
+
 def test_acknowledging_a_position_reached_writes_nothing(subs: SubscriptionTable) -> None:
     """A source acknowledges each batch twice (at the next batch's start and in ``commit``):
     the second is answered from the table as read, no MERGE and no commit, and is still
@@ -148,6 +160,7 @@ def test_drop_removes_the_subscription(subs: SubscriptionTable) -> None:
         subs.drop("audit")
 
 
+@pytest.mark.processes
 def test_a_source_process_reads_and_moves_subscriptions_without_importing_pandas(subs: SubscriptionTable) -> None:
     """Spark starts a ``flowqueue`` query's source in a fresh Python process; pandas (which pyarrow
     imports to make zoned datetimes or to build arrays from Python values) would cost it 0.2-0.4 s

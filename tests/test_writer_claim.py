@@ -56,7 +56,7 @@ def _as_process(process: str) -> tuple:
             lambda m: m.when_matched_update({"process": "s.process"}))
 
 
-@pytest.mark.e2e
+@pytest.mark.processes
 @pytest.mark.parametrize("store", ["s3"], indirect=True)
 def test_a_second_producer_application_is_refused_before_it_writes(store: Store, tmp_path: Path) -> None:
     """Two producer applications on one S3 queue: the second starts once the first has declared

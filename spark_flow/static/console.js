@@ -1,0 +1,273 @@
+// The spark-flow console: polls the home's overview, draws the queues, the pipeline graph and
+// the selected queue's depth chart, and posts the operator's actions after a confirmation.
+// Every value from the server goes into the page as text (never as markup).
+"use strict";
+
+const meta = (name) => document.querySelector(`meta[name="${name}"]`).content;
+const CSRF = meta("csrf-token");
+const READ_ONLY = meta("read-only") === "true";
+const TOKEN_NEEDED = meta("token-needed") === "true";
+const SVG = "http://www.w3.org/2000/svg";
+const REFRESH_MS = 2000;
+
+let token = "";
+let selected = null;   // the queue whose chart and explanation are shown
+let live = [];         // the selected queue's depth as polled, for a chart without a controller
+let lastChart = null;
+let lastData = null;   // the last overview
+
+function el(tag, attrs = {}, ...children) {
+  const node = tag.startsWith("svg:") ? document.createElementNS(SVG, tag.slice(4)) : document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs)) {
+    if (value !== null && value !== undefined && value !== false) node.setAttribute(key, value === true ? "" : String(value));
+  }
+  for (const child of children.flat()) {
+    if (child !== null && child !== undefined) node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return node;
+}
+
+const clock = (seconds) => (seconds ? new Date(seconds * 1000).toLocaleTimeString() : "-");
+const ago = (seconds) => (seconds ? `${Math.max(0, Math.round(Date.now() / 1000 - seconds))}s ago` : "never");
+
+function limits(t) {
+  const parts = [];
+  if (t.stop_count) parts.push(`${t.stop_count} / ${t.resume_count}`);
+  if (t.stop_size) parts.push(`${t.stop_size} / ${t.resume_size} B`);
+  if (t.stop_age) parts.push(`${t.stop_age}s / ${t.resume_age}s age`);
+  return parts.join(", ") || "none";
+}
+
+function say(text, ok) {
+  const box = document.getElementById("message");
+  box.className = ok ? "ok" : "error";
+  box.textContent = text;
+}
+
+async function getJSON(url) {
+  const response = await fetch(url, { headers: { Accept: "application/json" } });
+  const body = await response.json();
+  if (!response.ok) throw new Error(body.error || response.statusText);
+  return body;
+}
+
+async function refresh() {
+  try {
+    const data = await getJSON("/api/overview");
+    render(data);
+  } catch (error) {
+    document.getElementById("updated").textContent = `cannot read the home: ${error.message}`;
+  }
+}
+
+function render(data) {
+  lastData = data;
+  document.getElementById("updated").textContent = `read at ${clock(data.at)}`;
+  document.getElementById("controller").textContent = data.status_updated
+    ? `controller status written ${ago(data.status_updated)}` : "no controller status yet";
+  document.getElementById("mode").textContent = data.read_only ? "read-only" : "";
+  const causes = {};
+  for (const q of [...data.queues, ...data.others]) if (q.root_cause.length) causes[q.name] = q.root_cause;
+  renderTable(data.queues, causes);
+  renderHome(data);
+  renderPipeline(data, causes);
+  const current = data.queues.find((q) => q.name === selected);
+  if (current) {
+    const sub = current.subscriptions.find((s) => s.name === charted(current));
+    if (sub) live.push({ t: data.at, depth: sub.depth.count, stop: current.thresholds.stop_count,
+                         resume: current.thresholds.resume_count, held: current.held, from: "page" });
+    drawChart(current);
+  }
+}
+
+function renderTable(queues, causes) {
+  const body = document.querySelector("#queues tbody");
+  body.replaceChildren(...queues.map((q) => {
+    const subs = q.subscriptions.map((s) => el("div", { class: "subscription", "data-subscription": s.name },
+      `${s.name}: ${s.depth.count}`, s.flow_stopped ? " (flow-stopped)" : "",
+      s.stalled ? el("span", { class: "badge stalled" }, "stalled") : null,
+      s.backpressured ? el("span", { class: "badge backpressured" }, `backpressured by ${s.downstream.join(", ")}`) : null));
+    const flow = q.error ? "unreadable" : q.held
+      ? `held${q.producers_stopped ? " (operator)" : ""}${q.home_stopped ? " (home)" : ""}` : "flowing";
+    const row = el("tr", { class: `queue${q.held ? " held" : ""}${q.name === selected ? " selected" : ""}`,
+                           "data-queue": q.name, "data-held": q.held },
+      el("td", { class: "name" }, q.name, causes[q.name] ? el("span", { class: "badge root" }, "root cause") : null,
+         q.error ? el("span", { class: "badge error", title: q.error }, "error") : null),
+      el("td", { class: "depth" }, q.depth.count), el("td", {}, q.depth.size),
+      el("td", {}, `${Math.max(0, ...q.subscriptions.map((s) => s.age)).toFixed(0)}s`),
+      el("td", { class: "thresholds" }, limits(q.thresholds)),
+      el("td", { class: "flow" }, flow), el("td", {}, clock(q.held_since)), el("td", {}, subs),
+      READ_ONLY ? null : el("td", { class: "actions" }, ...actionButtons(q.name)));
+    row.addEventListener("click", (event) => { if (event.target.tagName !== "BUTTON") select(q.name); });
+    return row;
+  }));
+}
+
+function renderHome(data) {
+  const box = document.getElementById("home-limits");
+  box.textContent = data.home_limits
+    ? `home-wide limits ${limits(data.home_limits)}: home depth ${data.home_depth.count}, ` +
+      `${data.home_flow_stopped ? "flow-stopped (every producer held)" : "flowing"}, ` +
+      `flowStoppedCount ${data.home_flow_stopped_count}` : "";
+}
+
+function renderPipeline(data, causes) {
+  const svg = document.getElementById("pipeline");
+  const nodes = [...data.queues, ...data.others].map((q) => q.name);
+  const level = Object.fromEntries(nodes.map((n) => [n, 0]));
+  for (let pass = 0; pass < nodes.length; pass += 1) {  // longest path from a source, cycles bounded
+    for (const e of data.edges) if (level[e.to] !== undefined && level[e.to] < level[e.from] + 1) level[e.to] = level[e.from] + 1;
+  }
+  const rows = {};
+  const at = {};
+  for (const name of nodes) {
+    const column = Math.min(level[name], nodes.length);
+    rows[column] = (rows[column] || 0) + 1;
+    at[name] = { x: 10 + column * 200, y: 10 + (rows[column] - 1) * 80 };
+  }
+  const height = 30 + 80 * Math.max(1, ...Object.values(rows));
+  svg.setAttribute("viewBox", `0 0 ${Math.max(600, 220 + 200 * Math.max(0, ...Object.values(level)))} ${height}`);
+  svg.setAttribute("height", height);
+  const byName = Object.fromEntries([...data.queues, ...data.others].map((q) => [q.name, q]));
+  const arrow = el("svg:defs", {}, el("svg:marker", { id: "arrow", viewBox: "0 0 10 10", refX: 10, refY: 5,
+    markerWidth: 6, markerHeight: 6, orient: "auto-start-reverse" }, el("svg:path", { d: "M 0 0 L 10 5 L 0 10 z" })));
+  const lines = data.edges.filter((e) => at[e.from] && at[e.to]).map((e) => el("svg:line", {
+    class: `edge${e.backpressure ? " backpressure" : ""}`, "data-from": e.from, "data-to": e.to,
+    x1: at[e.from].x + 160, y1: at[e.from].y + 25, x2: at[e.to].x, y2: at[e.to].y + 25, "marker-end": "url(#arrow)" }));
+  const boxes = nodes.map((name) => {
+    const q = byName[name];
+    const label = name.length > 24 ? `…${name.slice(-23)}` : name;
+    const group = el("svg:g", { class: `node${q.held ? " held" : ""}${causes[name] ? " root-cause" : ""}`,
+                                "data-queue": name, transform: `translate(${at[name].x},${at[name].y})` },
+      el("svg:title", {}, causes[name] ? `${name}: root cause: ${causes[name].join("; ")}` : name),
+      el("svg:rect", { width: 160, height: 50 }),
+      el("svg:text", { x: 8, y: 18 }, label),
+      el("svg:text", { x: 8, y: 36 }, `depth ${q.depth.count}${q.held ? " · held" : ""}`),
+      causes[name] ? el("svg:text", { class: "cause", x: 8, y: 64 }, "root cause") : null);
+    group.addEventListener("click", () => { if (byName[name] && data.queues.includes(q)) select(name); });
+    return group;
+  });
+  svg.replaceChildren(arrow, ...lines, ...boxes);
+}
+
+function select(name) {
+  if (selected !== name) { selected = name; live = []; lastChart = null; }
+  document.querySelectorAll("tr.queue").forEach((row) => row.classList.toggle("selected", row.dataset.queue === name));
+  const queue = lastData && lastData.queues.find((q) => q.name === name);
+  document.getElementById("detail-title").textContent = `queue ${name}` + (queue && queue.subscriptions.length > 1
+    ? `, subscription ${charted(queue)}` : "");
+  loadDetail();
+}
+
+// The subscription a queue's chart shows: its default one, else its first.
+function charted(queue) {
+  const names = queue.subscriptions.map((s) => s.name);
+  return names.includes("default") ? "default" : names[0];
+}
+
+async function loadDetail() {
+  if (!selected) return;
+  const name = selected;
+  const queue = lastData && lastData.queues.find((q) => q.name === name);
+  const subscription = queue && charted(queue);
+  try {
+    const chartUrl = `/api/chart?queue=${encodeURIComponent(name)}&subscription=${encodeURIComponent(subscription || "default")}`;
+    const [graph, why] = await Promise.all([getJSON(chartUrl),
+                                            getJSON(`/api/why?queue=${encodeURIComponent(name)}`)]);
+    if (name !== selected) return;
+    lastChart = graph;
+    document.getElementById("why").replaceChildren(...why.map((stage) =>
+      el("li", { class: stage.causes.length ? "root" : "", "data-queue": stage.queue }, stage.line)));
+    drawChart(null);
+  } catch (error) {
+    document.getElementById("why").replaceChildren(el("li", {}, error.message));
+  }
+}
+
+function drawChart() {
+  const svg = document.getElementById("chart");
+  const points = [...(lastChart ? lastChart.points : []), ...live].sort((a, b) => a.t - b.t);
+  if (!points.length) { svg.replaceChildren(); return; }
+  const width = 600, height = 220, left = 45, bottom = 20;
+  const t0 = points[0].t, t1 = Math.max(points[points.length - 1].t, t0 + 1);
+  const top = Math.max(1, ...points.map((p) => Math.max(p.depth, p.stop || 0))) * 1.1;
+  const x = (t) => left + ((t - t0) / (t1 - t0)) * (width - left - 5);
+  const y = (v) => height - bottom - (v / top) * (height - bottom - 5);
+  const step = (key) => points.filter((p) => p[key] !== null && p[key] !== undefined && (key === "depth" || p[key] > 0))
+    .map((p, i) => `${i ? "H" : "M"}${x(p.t).toFixed(1)} ${i ? `V${y(p[key]).toFixed(1)}` : y(p[key]).toFixed(1)}`).join(" ");
+  const held = [];
+  let start = null;
+  for (const p of points) {
+    if (p.held && start === null) start = p.t;
+    if (!p.held && start !== null) { held.push([start, p.t]); start = null; }
+  }
+  if (start !== null) held.push([start, t1]);
+  svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
+  svg.replaceChildren(
+    ...held.map(([a, b]) => el("svg:rect", { class: "held", x: x(a), y: 0, width: Math.max(1, x(b) - x(a)), height: height - bottom })),
+    el("svg:path", { class: "stop", d: step("stop") }), el("svg:path", { class: "resume", d: step("resume") }),
+    el("svg:path", { class: "depth", d: step("depth") }),
+    el("svg:text", { x: 2, y: 12 }, Math.round(top)), el("svg:text", { x: 2, y: height - bottom }, "0"),
+    el("svg:text", { x: left, y: height - 4 }, clock(t0)), el("svg:text", { x: width - 60, y: height - 4 }, clock(t1)));
+}
+
+function actionButtons(queue) {
+  const make = (action, label) => {
+    const button = el("button", { type: "button", class: "action", "data-action": action, "data-queue": queue }, label);
+    button.addEventListener("click", () => confirmAction(action, queue));
+    return button;
+  };
+  return [make("stop-producers", "stop producers"), make("start-producers", "start producers"),
+          make("set", "set…"), make("unset", "unset…")];
+}
+
+function confirmAction(action, queue) {
+  const dialog = document.getElementById("confirm");
+  const fields = document.getElementById("confirm-fields");
+  const texts = {
+    "stop-producers": `Stop every producer of queue ${queue}, whatever its depth?`,
+    "start-producers": `Start the producers of queue ${queue} again (its thresholds decide)?`,
+    set: `Change a setting of queue ${queue} (applied by the controller):`,
+    unset: `Remove a run-time setting of queue ${queue} (back to its recorded value):`,
+  };
+  document.getElementById("confirm-text").textContent = texts[action];
+  fields.replaceChildren(...(action === "set"
+    ? [el("label", {}, "setting ", el("input", { id: "setting-key", placeholder: "stopCount" })),
+       el("label", {}, " value ", el("input", { id: "setting-value", placeholder: "900" }))]
+    : action === "unset" ? [el("label", {}, "setting ", el("input", { id: "setting-key", placeholder: "stopCount" }))] : []));
+  document.getElementById("token-field").hidden = !TOKEN_NEEDED;
+  document.getElementById("token").value = token;
+  dialog.dataset.action = action;
+  dialog.dataset.queue = queue;
+  dialog.showModal();
+}
+
+async function post(request) {
+  const headers = { "Content-Type": "application/json", "X-CSRF-Token": CSRF };
+  if (token) headers.Authorization = `Bearer ${token}`;
+  const response = await fetch("/api/action", { method: "POST", headers, body: JSON.stringify(request) });
+  const body = await response.json();
+  say(response.ok ? body.message : `refused: ${body.error}`, response.ok);
+  return response.ok;
+}
+
+function confirmed() {
+  const dialog = document.getElementById("confirm");
+  const request = { action: dialog.dataset.action, target: dialog.dataset.queue };
+  const key = document.getElementById("setting-key");
+  if (request.action === "set") request.settings = { [key.value.trim()]: document.getElementById("setting-value").value.trim() };
+  if (request.action === "unset") request.keys = [key.value.trim()];
+  token = document.getElementById("token").value.trim();
+  dialog.close();
+  post(request).then(refresh);
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  if (!READ_ONLY) {
+    document.getElementById("confirm-yes").addEventListener("click", confirmed);
+    document.getElementById("confirm-no").addEventListener("click", () => document.getElementById("confirm").close());
+  }
+  refresh();
+  setInterval(refresh, REFRESH_MS);
+  setInterval(loadDetail, 5 * REFRESH_MS);
+});

@@ -1,0 +1,95 @@
+"""Homes and queues made without Spark, for tests of what reads them (metrics, the console,
+``spark-flow why``): a queue table written by deltalake with the properties ``declare`` gives
+it, its subscriptions, and appends that record their count and size as the sink does. Flow
+transitions are recorded by a real gate (:class:`~spark_flow.gate.Gate`), as a producer's.
+And ``spark-flow serve`` run in this process, with a plain HTTP client."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+from urllib.error import HTTPError, URLError
+from urllib.request import Request, urlopen
+
+import pyarrow as pa
+from deltalake import CommitProperties, DeltaTable, write_deltalake
+
+from spark_flow.gate import Gate, GateStatus
+from spark_flow.home import Registry
+from spark_flow.ledger import METADATA_KEY
+from spark_flow.queue import HOME_PROPERTY, QUEUE_NAME, STATE_LOCATION, Queue, open_queue
+from spark_flow.serve import FlowServer, serve_options
+
+SCHEMA = pa.schema([("id", pa.int64()), ("body", pa.string())])
+
+
+def make_queue(home: str | Path, name: str, settings: Mapping[str, object] | None = None,
+               base: str | Path | None = None, *, register: bool = True,
+               storage_options: Mapping[str, str] | None = None) -> Queue:
+    """A queue ``name`` declared in ``home`` (its table under ``base``, default ``<home>/../queues``)
+    with ``settings`` as ``flow.*`` properties and a ``default`` subscription; registered unless
+    told not (thousands are registered in one commit: ``Registry.register_all``)."""
+    home, storage = str(home), dict(storage_options or {}) or None
+    path = f"{base}/{name}" if base is not None else str(Path(home).parent / "queues" / name)
+    write_deltalake(path, SCHEMA.empty_table(), mode="error", configuration={"delta.enableChangeDataFeed": "true"},
+                    storage_options=storage)
+    properties = {QUEUE_NAME: name, STATE_LOCATION: f"{home}/{name}", HOME_PROPERTY: home,
+                  **{f"flow.{key}": str(value) for key, value in (settings or {}).items()}}
+    DeltaTable(path, storage_options=storage).alter.set_table_properties(properties, raise_if_not_exists=False)
+    queue = open_queue(path, storage)
+    queue.refresh()
+    queue.subscriptions.create_table()
+    queue.subscriptions.create("default", -1)
+    if register:
+        Registry(home, storage).register(name, queue.path)
+    return queue
+
+
+def enqueue(queue: Queue, count: int, size: int = 10) -> None:
+    """One append of ``count`` messages of ``size`` bytes each, recorded as the sink records it."""
+    rows = pa.table({"id": pa.array(range(count), pa.int64()), "body": pa.array(["m"] * count)})
+    metadata = json.dumps({METADATA_KEY: {"count": count, "size": count * size}})
+    write_deltalake(queue.path, rows, mode="append", storage_options=queue.storage_options or None,
+                    commit_properties=CommitProperties(custom_metadata={"userMetadata": metadata}))
+
+
+def look_as_a_producer(queue: Queue) -> GateStatus:
+    """A producer's gate looks at the queue: its flow state stepped and recorded."""
+    return Gate(queue).observe()
+
+
+def acknowledge_all(queue: Queue, subscription: str = "default") -> None:
+    queue.acknowledge(subscription, queue.refresh())
+
+
+@contextmanager
+def serving(home: str | Path, **options: Any) -> Iterator[FlowServer]:
+    """``spark-flow serve`` of ``home`` in this process, on a free loopback port unless told
+    otherwise, until the block ends."""
+    server = FlowServer(serve_options(str(home), options.pop("port", 0), **options))
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+
+
+def http(url: str, method: str = "GET", body: object = None, headers: Mapping[str, str] | None = None) -> tuple[int, str]:
+    """An HTTP request (a JSON body, if any); the status and the response's text, errors included
+    (status 0: nobody answered)."""
+    data = json.dumps(body).encode() if body is not None else None
+    request = Request(url, data=data, method=method, headers=dict(headers or {}))
+    try:
+        with urlopen(request, timeout=30) as response:
+            return response.status, response.read().decode()
+    except HTTPError as error:
+        return error.code, error.read().decode()
+    except URLError as error:
+        return 0, str(error.reason)
