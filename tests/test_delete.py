@@ -165,6 +165,7 @@ def _queue_without_spark(store: Store, name: str) -> Queue:
     return queue
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("store", ["local", "s3", "abfs"], indirect=True)
 def test_the_command_removes_table_state_and_registration(store: Store, tmp_path: Path) -> None:
     """``spark-flow delete`` (no Spark) on local storage, S3 and Azure Blob: an unknown queue

@@ -135,7 +135,7 @@ def test_producer_is_held_then_the_consumer_drains_the_queue_as_spark_connect_cl
     assert queue.depth().count == 0
 
 
-@pytest.mark.e2e
+@pytest.mark.processes
 def test_a_producer_paced_by_its_publish_rate_as_the_readme_runs_it(tmp_path: Path) -> None:
     """The README's "Publish quotas" line as written (its queue under a temporary folder, and
     --run-seconds so it ends): the rate source offers 100 messages a second, every write is at
