@@ -53,7 +53,8 @@ def queue_json(queue: QueueView, causes: Mapping[str, list[str]]) -> dict[str, A
             "name": s.name, "depth": _depth(s.depth), "age": round(s.age, 3), "flow_stopped": s.flow_stopped,
             "flow_stopped_count": s.flow_stopped_count, "last_transition": _time(s.last_transition),
             "stalled": s.stalled, "backpressured": s.backpressured, "downstream": list(s.downstream),
-            "acked_at": _time(s.acked_at), "discarded_count": s.discarded_count, "position": s.position,
+            "acked_at": _time(s.acked_at), "discarded_count": s.discarded_count,
+            "expired_count": s.expired_count, "dead_lettered_count": s.dead_lettered_count, "position": s.position,
         } for s in queue.subscriptions],
     }
 

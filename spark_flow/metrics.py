@@ -49,6 +49,10 @@ METRICS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
      "1 while a queue the subscription's consumer writes to holds its producers."),
     ("spark_flow_discarded_messages", "counter", SUBSCRIPTION,
      "Messages skipped for the subscription without delivery (ring policies, stalledConsumerPolicy=skip)."),
+    ("spark_flow_expired_messages", "counter", SUBSCRIPTION,
+     "Messages older than the queue's messageTtl, no longer delivered to the subscription."),
+    ("spark_flow_dead_lettered_messages", "counter", SUBSCRIPTION,
+     "Messages the subscription's consumer failed on maxDeliveries times, moved to the dead-letter queue."),
     ("spark_flow_acknowledged_version", "gauge", SUBSCRIPTION, "The queue version the subscription has acknowledged whole."),
     ("spark_flow_producers_held", "gauge", QUEUE,
      "1 while the queue holds its producers: a subscription flow-stopped, an operator's stop, or its home flow-stopped."),
@@ -130,6 +134,8 @@ def families(view: HomeView, duration: float = 0.0) -> list[Metric]:
             add("spark_flow_consumer_stalled", s, sub.stalled)
             add("spark_flow_consumer_backpressured", s, sub.backpressured)
             add("spark_flow_discarded_messages", s, sub.discarded_count, "counter")
+            add("spark_flow_expired_messages", s, sub.expired_count, "counter")
+            add("spark_flow_dead_lettered_messages", s, sub.dead_lettered_count, "counter")
             add("spark_flow_acknowledged_version", s, sub.position)
     h = (home,)
     if view.limits.enabled or view.state.flow_stopped_count:

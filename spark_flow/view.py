@@ -49,6 +49,8 @@ class SubscriptionView:
     last_transition: datetime | None
     position: int
     discarded_count: int
+    expired_count: int
+    dead_lettered_count: int
     acked_at: datetime | None
     downstream: tuple[str, ...] = ()
     backpressured: bool = False
@@ -211,7 +213,8 @@ def _queue_view(read: _Read, home_stop: tuple[bool, datetime | None], held: Mapp
         timeout = read.settings.stall_timeout
         stalled = bool(timeout and depth.count and not backpressured and (now - waiting_since).total_seconds() >= timeout)
         subs.append(SubscriptionView(sub.name, depth, depth.age(now_ms), sub.flow_stopped, sub.flow_stopped_count,
-                                     sub.last_transition, sub.position, sub.discarded_count, sub.acked_at,
+                                     sub.last_transition, sub.position, sub.discarded_count, sub.expired_count,
+                                     sub.dead_lettered_count, sub.acked_at,
                                      tuple(names.get(p, p) for p in downstream), backpressured, stalled))
     is_held = held[read.path]
     return QueueView(read.name, read.path, read.settings, read.latest, tuple(subs), home_stop[0], is_held,

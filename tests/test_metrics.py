@@ -148,6 +148,17 @@ def test_discarded_messages_are_a_counter(home: str) -> None:
     assert value(scrape(home), "spark_flow_discarded_messages_total", "ring", "default") == 2
 
 
+def test_expired_and_dead_lettered_messages_are_counters(home: str) -> None:
+    """The safety valves' counts, as the subscriptions table has them."""
+    queue = make_queue(home, "events", {"messageTtl": "1h", "maxDeliveries": 3})
+    enqueue(queue, 5)
+    queue.acknowledge("default", 0, expired=4)  # as an expiry skips what waited past messageTtl
+    queue.subscriptions.record_delivery("default", None, None, dead_lettered=1)  # as DeadLetters moves one
+    samples = scrape(home)
+    assert value(samples, "spark_flow_expired_messages_total", "events", "default") == 4
+    assert value(samples, "spark_flow_dead_lettered_messages_total", "events", "default") == 1
+
+
 def test_the_home_row_with_home_wide_limits(home: str) -> None:
     """The home's depth (the sum of its queues'), limits and recorded flow state."""
     one, two = make_queue(home, "one"), make_queue(home, "two")
