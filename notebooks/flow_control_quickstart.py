@@ -41,8 +41,9 @@ def wait_for(what, predicate, timeout=180):
     """Poll until ``predicate()`` holds (a notebook cell that waits for the stream to get there)."""
     deadline = time.monotonic() + timeout
     while not predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"not within {timeout}s: {what}")
+        if time.monotonic() > deadline:  # say what each query is doing, and what the status table has
+            queries = {query.name: (query.status["message"], query.exception()) for query in spark.streams.active}
+            raise TimeoutError(f"not within {timeout}s: {what}; queries: {queries}; status: {admin.status().to_dict('records')}")
         time.sleep(0.5)
     print("ok:", what)
 
