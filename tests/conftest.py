@@ -100,11 +100,17 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
 
 
 @pytest.fixture(scope="session")
-def spark_connect(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def spark_connect_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the suite's Spark Connect server logs (warnings and errors)."""
+    return tmp_path_factory.mktemp("connect") / "server.log"
+
+
+@pytest.fixture(scope="session")
+def spark_connect(spark_connect_log: Path) -> Iterator[str]:
     """A local Spark Connect server for the suite; its ``sc://`` URL."""
     from servers import spark_connect_server
 
-    with spark_connect_server(tmp_path_factory.mktemp("connect") / "server.log") as url:
+    with spark_connect_server(spark_connect_log) as url:
         yield url
 
 
@@ -119,12 +125,14 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 
 @pytest.fixture
-def connect_session(spark_connect: str, request: pytest.FixtureRequest) -> Iterator[Callable[[], str]]:
+def connect_session(spark_connect: str, spark_connect_log: Path,
+                    request: pytest.FixtureRequest) -> Iterator[Callable[[], str]]:
     """A function that gives a Spark Connect URL with a session of its own (one per client).
 
     A client that failed may leave its streaming queries running on the suite's server, taking
     a core from every test after it: after a failed test, each of its sessions' queries is
-    stopped and the session released (by a client process that attaches to it)."""
+    stopped and the session released (by a client process that attaches to it), and the
+    server log's tail is printed (in the test's report)."""
     urls: list[str] = []
 
     def new() -> str:
@@ -137,6 +145,8 @@ def connect_session(spark_connect: str, request: pytest.FixtureRequest) -> Itera
                   "    spark = SparkSession.builder.remote(url).getOrCreate()\n"
                   "    for query in spark.streams.active:\n        query.stop()\n    spark.stop()\n")
         subprocess.run([sys.executable, "-c", script, *urls], capture_output=True, timeout=120, check=False)
+        print(f"the Spark Connect server's log ({spark_connect_log}), its end:\n"
+              f"{spark_connect_log.read_text(errors='replace')[-12000:]}")
 
 
 @pytest.fixture(scope="session")
