@@ -53,6 +53,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="a queue or subscription not seen for this long leaves the status table")
     parser.add_argument("--run-seconds", type=positive_float, metavar="N",
                         help="stop after N seconds (default: run until killed)")
+    parser.add_argument("--available-now", action="store_true",
+                        help="look at every queue once (applying pending commands) and exit: a controller run on a "
+                             "schedule (Spark's Trigger.AvailableNow)")
     parser.add_argument("--verbose", "-v", action="store_true", help="also log transitions and commands (stderr)")
     return parser.parse_args(argv)
 
@@ -63,18 +66,26 @@ def main(argv: Sequence[str] | None = None) -> None:
     home = args.home or session_flow_conf(spark).get(HOME_CONF)
     if not home:
         raise ConfigurationError(HOME_CONF, None, "the control plane's location: --home or --conf spark.flow.home")
+    trigger: str | dict[str, bool] = {"availableNow": True} if args.available_now else args.trigger
     query = start_controller(spark, home, queues=args.queue, checkpoint_location=args.checkpoint,
-                             trigger=args.trigger, forget_after=args.forget_after, query_name=CONTROLLER)
+                             trigger=trigger, forget_after=args.forget_after, query_name=CONTROLLER)
     admin = FlowAdmin(home, session_storage_options(spark))
-    emit(f"controller started: home={admin.home} queues={len(admin.queues())} trigger={args.trigger}")
+    emit(f"controller started: home={admin.home} queues={len(admin.queues())} "
+         f"trigger={'availableNow' if args.available_now else args.trigger}")
     started, printed = time.monotonic(), -1
+
+    def report() -> None:
+        nonlocal printed
+        progress = query.lastProgress
+        if progress and progress["batchId"] != printed and progress["numInputRows"]:
+            printed = progress["batchId"]
+            emit(_summary(printed, admin))
+
     try:
         while query.isActive and (args.run_seconds is None or time.monotonic() - started < args.run_seconds):
             query.awaitTermination(0.5)
-            progress = query.lastProgress
-            if progress and progress["batchId"] != printed and progress["numInputRows"]:
-                printed = progress["batchId"]
-                emit(_summary(printed, admin))
+            report()
+        report()  # an availableNow run's look, when it ended between two waits
     except KeyboardInterrupt:
         emit("interrupted; stopping the controller")
     finally:

@@ -78,6 +78,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         param = getattr(getattr(item, "callspec", None), "params", {}).get("store", "local")
         if names & SERVERS or param != "local":
             item.add_marker(pytest.mark.processes)
+        if names & {"spark_connect", "connect_session"}:
+            item.add_marker(pytest.mark.xdist_group("connect"))  # one Connect server, on one worker
 
 
 @pytest.hookimpl(wrapper=True)

@@ -291,7 +291,8 @@ def test_kill_9_controller_at_random_points_keeps_status_and_count_exact(
     def applied() -> list[str]:
         """The commands the controller's history records as applied, in order."""
         history = DeltaTable(control_path(home, "history")).to_pyarrow_table().to_pylist()
-        return [r["detail"].split(":")[1].strip() for r in history if r["event"].startswith("command")]
+        return [r["detail"].split(":")[1].strip() for r in sorted(history, key=lambda r: r["time"])
+                if r["event"].startswith("command")]
 
     def kill_soon(child: Child) -> None:
         assert child.alive(), child.tail()

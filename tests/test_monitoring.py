@@ -48,7 +48,7 @@ def promtool(*args: str) -> subprocess.CompletedProcess[str]:
 @pytest.mark.processes
 def test_the_rules_are_valid_and_fire_on_synthetic_series_as_their_tests_say() -> None:
     checked = promtool("check", "rules", RULES.name)
-    assert checked.returncode == 0 and "SUCCESS: 7 rules found" in checked.stdout, checked.stdout + checked.stderr
+    assert checked.returncode == 0 and "SUCCESS: 9 rules found" in checked.stdout, checked.stdout + checked.stderr
     tested = promtool("test", "rules", "spark-flow.rules.test.yml")
     assert tested.returncode == 0 and "SUCCESS" in tested.stdout, tested.stdout + tested.stderr
 
@@ -256,7 +256,7 @@ def test_readme_monitoring_block_as_written(tmp_path: Path) -> None:
         held = 'spark_flow_producers_held{queue="events"}'
         wait_until(lambda: [r["value"][1] for r in instant(prometheus, held)] == ["1"], 60)  # its first scrape
         rules = json.loads(http(f"{prometheus}/api/v1/rules")[1])["data"]["groups"][0]["rules"]
-        assert len(rules) == 7 and {r["health"] for r in rules} == {"ok"}
+        assert len(rules) == 9 and {r["health"] for r in rules} == {"ok"}
     finally:
         for process in started:
             os.killpg(process.pid, 15)

@@ -65,7 +65,7 @@ def check_controller(store: Store, home: str, conf: dict[str, str], queue: Queue
     the queue's thresholds, depth and flow state, and the command applied once."""
     admin = FlowAdmin(home, store.options)
     command = admin.stop_producers("events")  # issued while no controller runs: applied when it starts
-    controller = spark_submit("controller", "--run-seconds", "6", conf=conf)
+    controller = spark_submit("controller", "--available-now", conf=conf)
     assert controller.returncode == 0, failure(controller)
     lines = progress(controller.stdout, "controller")
     assert lines and lines[-1]["flowStopped"] == "events/default" and lines[-1]["held"] == "events", failure(controller)
