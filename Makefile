@@ -35,15 +35,16 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
-# The inner loop: the static checks and every test that starts no other process (pure logic,
-# and the suite's one Spark session); see the README's "Tests".
-check: lint tools
-	$(VENV)/bin/pytest -m "not processes"
+# The inner loop: the static checks and every test that needs no other process: no Spark (a
+# session is a JVM and its Python workers), no server, no job; see the README's "Tests".
+check: lint
+	$(VENV)/bin/pytest -m "not spark and not processes"
 
-# Everything, as CI runs it: the static checks and the whole suite, with the tests that start
-# Spark applications and servers.
+# Everything, as CI runs it: the static checks and the whole suite, on two workers: one runs
+# the tests that start processes (Spark applications, servers, jobs) one at a time, the other
+# the tests in its own Spark session (the conftest's xdist groups).
 test: lint tools $(NODE_STAMP)
-	$(VENV)/bin/pytest
+	$(VENV)/bin/pytest -n 2 --dist loadgroup
 
 bench: $(STAMP)
 	$(VENV)/bin/python bench/overhead.py
