@@ -61,8 +61,9 @@ def check_held_producer(store: Store, path: str, runs: list[subprocess.Completed
 
 def check_controller(store: Store, home: str, conf: dict[str, str], queue: Queue, stop: int, resume: int,
                      depth: int) -> subprocess.CompletedProcess[str]:
-    """The controller job, started after a stop-producers command was issued: its status shows
-    the queue's thresholds, depth and flow state, and the command applied once."""
+    """The controller job (one look: ``--available-now``), started after a stop-producers
+    command was issued: its status shows the queue's thresholds, depth and flow state as it
+    looked, and the command applied once."""
     admin = FlowAdmin(home, store.options)
     command = admin.stop_producers("events")  # issued while no controller runs: applied when it starts
     controller = spark_submit("controller", "--available-now", conf=conf)
@@ -72,7 +73,8 @@ def check_controller(store: Store, home: str, conf: dict[str, str], queue: Queue
     status = admin.status()
     row = status[(status["queue"] == "events") & (status["subscription"] == "default")].iloc[0]
     assert (row["stop_count"], row["resume_count"], row["depth_count"]) == (stop, resume, depth)
-    assert row["flow_stopped"] and row["producers_stopped"] and row["producers_held"]
+    assert row["flow_stopped"] and row["producers_held"]
+    assert queue.settings().producers_stopped, "the command applied: the queue's producers stay stopped"
     assert row["flow_stopped_count"] == queue.subscriptions.get("default").flow_stopped_count
     events = [(r["event"], r["detail"]) for r in admin.history("events") if r["event"] != "sample"]
     assert events.count(("command", f"command {command}: stop-producers")) == 1, events
