@@ -57,6 +57,11 @@ if TYPE_CHECKING:
 
     from spark_flow.config import QueueSettings
 
+#: A dead-letter queue's own settings, recorded at its declaration over whatever the session's
+#: ``spark.flow.*`` conf says: no flow control, and nothing of it ever discarded or expired.
+_DEAD_LETTER_QUEUE_SETTINGS = {"producerFlowControl": "false", "policy": "flow", "maxCount": "0", "maxSize": "0",
+                               "messageTtl": "0", "maxDeliveries": "0"}
+
 _ROW = "__spark_flow_row"
 _IN_COMMIT = "__spark_flow_index"
 _MESSAGE_COLUMNS = ("_position", "_enqueue_time")
@@ -129,7 +134,7 @@ class DeadLetters:
         location = dead_letter_queue(queue, settings)
         if location not in self._dead_letter_queues:
             self._dead_letter_queues[location] = declare(spark, location, dead_letter_schema(queue.spark_schema()),
-                                                         settings={"producerFlowControl": "false"})
+                                                         settings=_DEAD_LETTER_QUEUE_SETTINGS)
         return self._dead_letter_queues[location]
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
@@ -143,7 +148,7 @@ class DeadLetters:
         if recorded.batch == batch_id:  # a restart in the middle of it
             _Redelivery(self, spark, queue, settings, batch, text, active).resume(recorded)
             return
-        if recorded.batch >= 0:  # an earlier batch's, which completed after its last record
+        if recorded.batch >= 0:  # an earlier batch's, done
             text = _record(queue, self.subscription, text, recorded.finished())
             recorded = recorded.finished()
         try:
@@ -184,13 +189,17 @@ class _Redelivery:
         self._run(start)
 
     def _run(self, start: Callable[[int], Delivery]) -> None:
+        """Deliver the parts, then record the batch all done, still as this batch's: if Spark runs
+        the batch again (its process died before Spark's commit), nothing is delivered again;
+        the next batch folds its calls into the later ids (:meth:`Delivery.finished`)."""
         try:
-            delivery = start(self.numbered.count())
+            count = self.numbered.count()
+            delivery = start(count)
             while self.parts:
                 lo, hi = self.parts.pop()
                 if hi > lo:
                     delivery = self._call(self._record(replace(delivery, lo=lo, hi=hi, call=delivery.call + 1)), lo, hi)
-            self._record(delivery.finished())
+            self._record(replace(delivery, done=count, lo=0, hi=0, attempts=0))
         finally:
             unpersist(self.numbered)
 

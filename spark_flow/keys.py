@@ -106,7 +106,7 @@ KEYS: dict[str, Key] = {
         Key("stalledConsumerPolicy", parse_stalled_policy, "flag", "flag: report a stalled subscription; skip: also move it past its backlog."),
         Key("messageTtl", parse_duration, 0.0, "A message older than this is not delivered to a subscription that has not read it, and is counted as expired (0 = never)."),
         Key("maxDeliveries", parse_count, 0, "A message whose processing fails this many times alone is moved to the dead-letter queue (0 = never)."),
-        Key("deadLetterQueue", _queue, None, "Where dead letters go: a queue path or catalog name (default: the queue's path or name with -dlq)."),
+        Key("deadLetterQueue", _queue, None, "Where dead letters go: a queue path or catalog name (default: the queue's path with _dlq)."),
         Key("maxDeadLettersPerBatch", _positive_count, 10, "More dead letters than this in one batch fail the batch instead: the consumer is broken, not its messages."),
         Key("capacity", _positive_count, 10_000, "A producer's window: messages it may enqueue after the queue went ON.", "producer"),
         Key("onFull", parse_on_full, "hold", "What a producer does while its queue is flow-stopped: " + ", ".join(ON_FULL) + ".", "producer"),

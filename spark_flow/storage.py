@@ -228,11 +228,3 @@ def remove_location(location: str, options: Mapping[str, str]) -> None:
             files.delete_dir(path)
         elif kind == FileType.File:
             files.delete_file(path)
-
-
-def holds_anything(location: str, options: Mapping[str, str]) -> bool:
-    """Whether anything is at ``location``: a file, or a directory (holding files or not)."""
-    from pyarrow.fs import FileType
-
-    files, path = file_system(location, options)
-    return bool(files.get_file_info(path).type != FileType.NotFound)

@@ -259,8 +259,8 @@ class SubscriptionTable:
                 return
 
     def record_delivery(self, name: str, was: str | None, delivery: str | None, dead_lettered: int = 0) -> bool:
-        """Record the progress of a failed batch's redelivery (``delivery``, JSON; None when it is
-        over) if the row still shows ``was`` (compare and set), adding ``dead_lettered`` to the
+        """Record the progress of a failed batch's redelivery (``delivery``, JSON: a
+        :class:`spark_flow.dead_letters.Delivery`) if the row still shows ``was`` (compare and set), adding ``dead_lettered`` to the
         messages moved to the dead-letter queue in the same write, so a replayed step counts
         nothing twice. False if the row shows another progress (the caller reads again)."""
         row = {"name": name, "delivery": delivery, "was": was or "", "moved": dead_lettered}

@@ -12,7 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -35,11 +35,19 @@ from spark_flow.observation import observe
 from spark_flow.queue import HOME_PROPERTY, QUEUE_NAME, STATE_LOCATION, Queue
 from spark_flow.sink import QueueSink
 from spark_flow.source import read_queue
-from spark_flow.storage import holds_anything, remove_location
+from spark_flow.storage import file_system, remove_location
 
 SCHEMA = "id BIGINT, producer STRING"
 FAST = {"capacity": 10, "pollInterval": "200ms"}  # a held producer looks at its queue 5 times a second
 DEADLINE = 60  # far beyond one poll interval and a trigger: the bound is the error, not a timing
+
+
+def holds_anything(location: str, options: Mapping[str, str]) -> bool:
+    """Whether anything is at ``location``: a file, or a directory (holding files or not)."""
+    from pyarrow.fs import FileType
+
+    files, path = file_system(location, options)
+    return bool(files.get_file_info(path).type != FileType.NotFound)
 
 
 def _ends_with_queue_gone(query: StreamingQuery, name: str) -> None:
