@@ -77,10 +77,14 @@ class Delivery:
     being delivered again (``batch``, -1 when none): the messages ``done`` (processed or moved,
     in the batch's order), the part in flight (``lo``, ``hi``) and its ``call``, the failed
     deliveries alone of the message at ``done`` (``attempts``), the messages ``moved`` to the
-    dead-letter queue."""
+    dead-letter queue; where the batch began (``start_version``, ``start_index``: the position
+    the subscription had acknowledged when it was first delivered), which numbers a message
+    within its commit however the position moves on meanwhile (an expiry)."""
 
     extra: int = 0
     batch: int = -1
+    start_version: int = -1
+    start_index: int = 0
     done: int = 0
     lo: int = 0
     hi: int = 0
@@ -142,7 +146,8 @@ class DeadLetters:
         queue = open_queue(queue_location(spark, self.queue), session_storage_options(spark))
         queue.refresh()
         settings = queue.settings()
-        text = queue.subscriptions.get(self.subscription).delivery
+        subscription = queue.subscriptions.get(self.subscription)
+        text, begun = subscription.delivery, subscription.acknowledged
         recorded = Delivery.parse(text)
         active = still_active(streaming_query(spark, self.query_name, required=False))
         if recorded.batch == batch_id:  # a restart in the middle of it
@@ -159,7 +164,8 @@ class DeadLetters:
             if not settings.max_deliveries or not active():
                 raise
             redelivery = _Redelivery(self, spark, queue, settings, batch, text, active)
-            redelivery.after_whole(replace(recorded, batch=batch_id), error)
+            redelivery.after_whole(replace(recorded, batch=batch_id, start_version=begun.version,
+                                           start_index=begun.index), error)
 
 
 class _Redelivery:
@@ -238,8 +244,7 @@ class _Redelivery:
                                        settings.max_dead_letters_per_batch, error)
         message = _part(self.numbered, at, at + 1, keep_index=True)
         version, in_commit = message.select("_position", _IN_COMMIT).first() or (0, 0)
-        start = queue.subscriptions.get(subscription).acknowledged  # where this batch began
-        index = in_commit + (start.index if version == start.version + 1 else 0)
+        index = in_commit + (delivery.start_index if version == delivery.start_version + 1 else 0)
         dead_letters = self.owner.dead_letter_queue(self.spark, queue, settings)
         size = message.select(message_size(queue.spark_schema())).first()
         append_once(dead_letters, dead_letter_rows(message.drop(_IN_COMMIT), queue, subscription, index,
