@@ -64,7 +64,7 @@ controller = start_controller(spark, trigger="1 second")
 # COMMAND ----------
 
 # MAGIC %md A producer of batches of 60 orders (one a second at most, its capacity window 60), and a
-# MAGIC consumer that takes one batch every 5 seconds (12 orders a second): the queue fills, the
+# MAGIC consumer that takes one batch every 2 seconds (30 orders a second): the queue fills, the
 # MAGIC producer is held above 150 and goes on under 60. A query listener reports each batch's flow
 # MAGIC control (in this notebook's process, also where the queries run on a Connect server).
 
@@ -79,7 +79,7 @@ producer = (orders.writeStream.foreachBatch(QueueSink(queue_path, options={"capa
             .option("checkpointLocation", f"{base}/checkpoints/producer").trigger(processingTime="1 second")
             .queryName("orders_producer").start())
 consumer = (read_queue(spark, queue_path, maxRecordsPerTrigger=60).writeStream.format("delta")
-            .option("checkpointLocation", f"{base}/checkpoints/consumer").trigger(processingTime="5 seconds")
+            .option("checkpointLocation", f"{base}/checkpoints/consumer").trigger(processingTime="2 seconds")
             .queryName("orders_consumer").start(f"{base}/out/orders"))
 wait_for("the producer is held (flowStopped)", lambda: status().get("flow_stopped") is True)
 print(admin.status().T)  # on Databricks: display(admin.status())

@@ -119,14 +119,14 @@ def test_producer_is_held_then_the_consumer_drains_the_queue_as_spark_connect_cl
     assert queue.depth().count == enqueued.num_rows
 
     consumer = spark_submit(
-        "consumer", "--queue", str(path), "--output", str(output), "--max-records-per-trigger", "10",
-        "--max-bytes-per-trigger", "500", "--rows-per-second", "50", "--trigger", "500ms", "--until-empty",
+        "consumer", "--queue", str(path), "--output", str(output), "--max-records-per-trigger", "20",
+        "--max-bytes-per-trigger", "1000", "--rows-per-second", "50", "--trigger", "500ms", "--until-empty",
         remote=connect_session())
     assert consumer.returncode == 0, failure(consumer)
     assert not warnings(consumer), failure(consumer)
     lines = progress(consumer.stdout, "consumer")
-    # 100-byte messages within 500 bytes (the tighter limit): batches of 5, all full but the last
-    assert [int(line["consumed"]) for line in lines[:-1]] == [5] * (len(lines) - 1), failure(consumer)
+    # 100-byte messages within 1000 bytes (the tighter limit): batches of 10, all full but the last
+    assert [int(line["consumed"]) for line in lines[:-1]] == [10] * (len(lines) - 1), failure(consumer)
     assert sum(int(line["consumed"]) for line in lines) == enqueued.num_rows, failure(consumer)
     assert lines[-1]["depth"] == "0", failure(consumer)
     consumed = DeltaTable(str(output)).to_pyarrow_table(columns=["id"]).column("id").to_pylist()

@@ -118,7 +118,7 @@ def test_jobs_on_a_standalone_cluster_with_queue_home_and_checkpoints_on_s3(
     words[1:1] = [part for key, value in executors.items() for part in ("--conf", f"{key}={value}")]
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
     options = ["--capacity", str(capacity), "--trigger", "500ms"]
-    first = subprocess.run([str(BIN / words[0]), *words[1:], *options, "--run-seconds", "25"], cwd=ROOT, env=env,
+    first = subprocess.run([str(BIN / words[0]), *words[1:], *options, "--run-seconds", "15"], cwd=ROOT, env=env,
                            capture_output=True, text=True, timeout=300)
     assert first.returncode == 0, failure(first)
     assert f"stopCount={stop} resumeCount={stop}" in first.stdout, failure(first)
@@ -147,8 +147,8 @@ def test_jobs_on_a_standalone_cluster_with_queue_home_and_checkpoints_on_s3(
 @pytest.mark.parametrize("store", ["abfs"], indirect=True)
 def test_jobs_with_queue_home_and_checkpoints_on_abfs(store: Store) -> None:
     """The jobs as local applications with stop 20 / resume 10 in their conf: a held producer
-    restarted from its checkpoint, the controller, then the consumer in batches of 5
-    (``--max-bytes-per-trigger 500`` tighter than ``--max-records-per-trigger 10``)."""
+    restarted from its checkpoint, the controller, then the consumer in batches of 10
+    (``--max-bytes-per-trigger 1000`` tighter than ``--max-records-per-trigger 20``)."""
     stop, resume, capacity, rate = 20, 10, 30, 60
     path, output, home = store.url("queues", "events"), store.url("consumed"), store.url("home")
     conf = {**store.conf, "spark.flow.home": home}
@@ -157,17 +157,17 @@ def test_jobs_with_queue_home_and_checkpoints_on_abfs(store: Store) -> None:
     runs = [spark_submit("producer", "--queue", path, "--name", "p1", "--rate", str(rate), "--capacity",
                          str(capacity), "--trigger", "500ms", "--run-seconds", run_seconds,
                          conf={**conf, "spark.flow.stopCount": str(stop), "spark.flow.resumeCount": str(resume)})
-            for run_seconds in ("20", "6")]  # the second run goes on from the first's checkpoint, held
+            for run_seconds in ("12", "6")]  # the second run goes on from the first's checkpoint, held
     for producer in runs:
         assert f"stopCount={stop} resumeCount={resume}" in producer.stdout, failure(producer)
     queue, ids = check_held_producer(store, path, runs, "p1", stop, capacity)
 
     controller = check_controller(store, home, conf, queue, stop, resume, len(ids))
 
-    consumer = spark_submit("consumer", "--queue", path, "--output", output, "--max-records-per-trigger", "10",
-                            "--max-bytes-per-trigger", "500", "--rows-per-second", "50", "--trigger", "500ms",
+    consumer = spark_submit("consumer", "--queue", path, "--output", output, "--max-records-per-trigger", "20",
+                            "--max-bytes-per-trigger", "1000", "--rows-per-second", "50", "--trigger", "500ms",
                             "--until-empty", conf=conf)
-    check_consumer(store, output, consumer, queue, ids, 5)  # 100-byte messages within 500 bytes
+    check_consumer(store, output, consumer, queue, ids, 10)  # 100-byte messages within 1000 bytes
     for run in [*runs, controller, consumer]:
         for secret in store.secrets:
             assert secret not in run.stdout + run.stderr

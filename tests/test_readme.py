@@ -100,9 +100,9 @@ def test_readme_walkthrough_as_written(tmp_path: Path) -> None:
     walk = Walkthrough(tmp_path)
     home, path = tmp_path / "home", tmp_path / "queues" / "events"
     # The producer runs long enough for the consumer to drain it under resume and for it to go
-    # on (the consumer starts about 25 s after the hold); each run counts from its query's start.
+    # on (the consumer starts about 10 s after the hold); each run counts from its query's start.
     jobs = [walk.start(controller, "--run-seconds", "600"),
-            walk.start(producer, "--run-seconds", "80")]
+            walk.start(producer, "--run-seconds", "55")]
     try:
         admin = FlowAdmin(str(home))
 
@@ -111,13 +111,13 @@ def test_readme_walkthrough_as_written(tmp_path: Path) -> None:
             return frame.to_dict("records")[0] if len(frame) else {}
 
         wait_for(lambda: status().get("flow_stopped") is True, 240, "the producer held, seen by the controller")
-        wait_for_looks(admin, "events", 8, 120)  # one hold, however often the controller looks at it
+        wait_for_looks(admin, "events", 4, 120)  # one hold, however often the controller looks at it
         held = status()
         assert (held["stop_count"], held["resume_count"]) == (500, 300)
         assert (held["flow_stopped"], held["flow_stopped_count"], held["producers_held"]) == (True, 1, True)
         assert 500 < held["depth_count"] <= 700
 
-        drained = walk.run(consumer, "--run-seconds", "30")
+        drained = walk.run(consumer, "--run-seconds", "20")
         assert drained.returncode == 0, failure(drained)
         made = finish(jobs[1], 300)
         assert made.returncode == 0, failure(made)

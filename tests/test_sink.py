@@ -187,7 +187,7 @@ def test_a_running_producer_survives_metadata_commits_on_its_queue(spark: SparkS
     producer, _ = start_producer(spark, path, tmp_path / "p", "p", 400)
     try:
         wait_until(lambda: queue.refresh() > 3, 60)
-        for i in range(30):
+        for i in range(12):
             if i % 3:
                 spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('flow.stallTimeout' = '{i}s')")
             else:
