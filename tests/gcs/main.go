@@ -30,6 +30,7 @@ func main() {
 	host := flag.String("host", "127.0.0.1", "the address to listen on")
 	port := flag.Uint("port", 4443, "the port to listen on")
 	bucket := flag.String("bucket", "", "a bucket to create at start")
+	asIs := flag.Bool("as-is", false, "serve fake-gcs-server as it is, without the two XML API requests")
 	flag.Parse()
 	address := fmt.Sprintf("%s:%d", *host, *port)
 	server, err := fakestorage.NewServerWithOptions(fakestorage.Options{
@@ -42,7 +43,11 @@ func main() {
 	if *bucket != "" {
 		server.CreateBucketWithOpts(fakestorage.CreateBucketOpts{Name: *bucket})
 	}
-	log.Fatal(http.ListenAndServe(address, xmlListings(server, xmlUploads(server.HTTPHandler()))))
+	handler := server.HTTPHandler()
+	if !*asIs {
+		handler = xmlListings(server, xmlUploads(handler))
+	}
+	log.Fatal(http.ListenAndServe(address, handler))
 }
 
 // xmlListings serves an XML API listing that starts after a key (the emulator would list from
