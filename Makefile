@@ -25,10 +25,13 @@ $(NODE_STAMP): package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 	touch $(NODE_STAMP)
 
-# Debian's prometheus (prometheus, promtool), chromium and chromium-driver: the monitoring tests' real parts
+# Debian's prometheus (prometheus, promtool), chromium and chromium-driver: the monitoring tests' real parts;
+# go and mvn: the GCS tests' server (built from tests/gcs) and Google's GCS connector (from Maven Central)
 tools:
 	@for tool in prometheus promtool chromium chromedriver; do command -v $$tool >/dev/null || { \
 	  echo "$$tool is needed by the monitoring tests (apt-get install prometheus chromium chromium-driver; .ci/run does)"; exit 1; }; done
+	@for tool in go mvn; do command -v $$tool >/dev/null || { \
+	  echo "$$tool is needed by the GCS tests (Go 1.26 and Maven; .ci/run installs them)"; exit 1; }; done
 
 # Static checks: style, then types (strict on spark_flow/).
 lint: $(STAMP)

@@ -1,7 +1,7 @@
 """Storage options for ``deltalake``, derived from the Spark conf a user already sets.
 
 Spark reaches object storage through Hadoop's file systems (``spark.hadoop.fs.s3a.*``,
-``spark.hadoop.fs.azure.*``); spark-flow's state tables, ledger and ``flowqueue`` source reach
+``spark.hadoop.fs.azure.*``, ``spark.hadoop.fs.gs.*``); spark-flow's state tables, ledger and ``flowqueue`` source reach
 it through ``deltalake``, which takes its endpoint and credentials as storage options. So they
 are derived here, once, from the same conf, and ``spark.flow.storage.<deltalake key>`` sets
 any option explicitly (it wins). The options are passed to every ``deltalake`` call: to Python
@@ -9,13 +9,14 @@ workers in the source's options, to the CLI from a properties file or ``--storag
 A message shows a secret's value only as ``***`` (:func:`secret_shown`).
 
 deltalake has no call that removes files (a deleted queue's table and state): pyarrow's file
-systems do, reached with the same options (:func:`file_system`), on local paths, S3 and ABFS.
+systems do, reached with the same options (:func:`file_system`), on local paths, S3, ABFS and GCS.
 deltalake's own file system handler was not enough: on S3 it leaves the directory markers
 Hadoop's S3A writes (keys ending in ``/``), on a local disk the empty directories.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import posixpath
 import re
@@ -41,6 +42,12 @@ _S3A = {
     "fs.s3a.endpoint.region": "aws_region",
 }
 _AZURE_KEY = re.compile(r"^fs\.azure\.account\.key\.([^.]+)\.(?:dfs|blob)\.core\.windows\.net$")
+
+
+# Google's GCS connector (3.x) settings: a service account's key file, and the authentication type
+# that takes it.
+_GS_KEYFILE = "fs.gs.auth.service.account.json.keyfile"
+_GS_AUTH = "fs.gs.auth.type"
 
 
 def _bool(key: str, value: str) -> bool:
@@ -98,19 +105,37 @@ def _azure(hadoop: Mapping[str, str], prefix: str) -> dict[str, str]:
     return options
 
 
+def _gcs(hadoop: Mapping[str, str], prefix: str) -> dict[str, str]:
+    """A key file becomes ``google_service_account``. An endpoint of its own
+    (``fs.gs.storage.root.url``, an emulator's) with ``fs.gs.auth.type=UNAUTHENTICATED`` becomes a
+    key without credentials that names it: object_store takes another endpoint only inside a
+    service account key (``gcs_base_url``), and sends no token with ``disable_oauth``."""
+    options = {}
+    if hadoop.get(_GS_KEYFILE, "").strip():
+        options["google_service_account"] = hadoop[_GS_KEYFILE].strip()
+    root = hadoop.get("fs.gs.storage.root.url", "").strip().rstrip("/")
+    auth = hadoop.get(_GS_AUTH, "").strip()
+    if root and auth.upper() == "UNAUTHENTICATED":
+        if "://" not in root:
+            raise ConfigurationError(prefix + "fs.gs.storage.root.url", root, "a URL, such as http://127.0.0.1:4443/")
+        options["google_service_account_key"] = json.dumps({
+            "gcs_base_url": root, "disable_oauth": True, "client_email": "", "private_key": "", "private_key_id": ""})
+    return options
+
+
 def storage_options(conf: Mapping[str, str]) -> dict[str, str]:
-    """The ``deltalake`` storage options a Spark conf gives: derived from its S3A and ABFS
+    """The ``deltalake`` storage options a Spark conf gives: derived from its S3A, ABFS and GCS
     settings, then every ``spark.flow.storage.<key>`` (lower-cased, as deltalake names them).
 
     Raises
     ------
     ConfigurationError
-        A Hadoop boolean that is not true/false, an explicit key that is not a deltalake option
+        A Hadoop boolean that is not true/false, a GCS endpoint that is not a URL, an explicit key that is not a deltalake option
         name, an empty value, or several Azure account keys; the message shows no secret.
     """
     hadoop = _hadoop(conf)
     prefix = HADOOP_PREFIX if any(key.startswith(HADOOP_PREFIX) for key in conf) else ""
-    options = {**_s3a(hadoop, prefix), **_azure(hadoop, prefix)}
+    options = {**_s3a(hadoop, prefix), **_azure(hadoop, prefix), **_gcs(hadoop, prefix)}
     for key, value in conf.items():
         if key.lower().startswith(STORAGE_PREFIX):
             name = key[len(STORAGE_PREFIX):].lower()
@@ -186,6 +211,25 @@ def _azure_file_system(account: str | None, options: Mapping[str, str]) -> Any:
                            **{name: value for name, value in client.items() if value})
 
 
+def _gcs_file_system(options: Mapping[str, str]) -> Any:
+    """pyarrow's GCS file system at the endpoint a key names (``gcs_base_url``, anonymous with
+    ``disable_oauth``: an emulator's); elsewhere with Google's default credentials, which pyarrow
+    finds as deltalake does (``GOOGLE_APPLICATION_CREDENTIALS``, the metadata server)."""
+    from pyarrow.fs import GcsFileSystem
+
+    key = _option(options, "google_service_account_key", "service_account_key")
+    if key:
+        try:
+            found = json.loads(key)
+        except ValueError:
+            found = None
+        if isinstance(found, dict) and found.get("gcs_base_url"):
+            authority, scheme = _authority(str(found["gcs_base_url"]))
+            return GcsFileSystem(anonymous=bool(found.get("disable_oauth")), endpoint_override=authority,
+                                 scheme=scheme)
+    return GcsFileSystem()
+
+
 def file_system(location: str, options: Mapping[str, str]) -> tuple[Any, str]:
     """A pyarrow file system reaching ``location`` with deltalake's storage ``options`` (the same
     endpoint and credentials), and the location's path in it: what removes files where
@@ -194,7 +238,7 @@ def file_system(location: str, options: Mapping[str, str]) -> tuple[Any, str]:
     Raises
     ------
     ConfigurationError
-        A scheme other than a local path, ``s3``/``s3a``/``s3n``, ``abfs``/``abfss``/``az``.
+        A scheme other than a local path, ``s3``/``s3a``/``s3n``, ``abfs``/``abfss``/``az``, ``gs``.
     """
     from pyarrow.fs import LocalFileSystem
 
@@ -210,21 +254,29 @@ def file_system(location: str, options: Mapping[str, str]) -> tuple[Any, str]:
         container, _, account_host = host.partition("@")
         account = account_host.split(".", 1)[0] if account_host else None
         return _azure_file_system(account, options), posixpath.join(container, path).rstrip("/")
-    raise ConfigurationError("location", location, "a local path, s3:// (s3a://), abfs:// (abfss://) or az://: "
-                             "removing files elsewhere (gs://, hdfs://) is not supported here")
+    if scheme.lower() == "gs":
+        return _gcs_file_system(options), rest
+    raise ConfigurationError("location", location, "a local path, s3:// (s3a://), abfs:// (abfss://), az:// or gs://: "
+                             "removing files elsewhere (hdfs://) is not supported here")
 
 
 def remove_location(location: str, options: Mapping[str, str]) -> None:
     """Remove everything at ``location`` (a directory and what it holds, or a file): nothing if
     there is nothing. Hadoop's ABFS, on a storage account without a hierarchical namespace,
     marks a directory with an empty blob of its own name, which pyarrow takes for a file: once
-    it is removed, the directory's blobs are."""
+    it is removed, the directory's blobs are. pyarrow's GCS file system removes a directory's
+    objects, then its marker object (``<path>/``), and fails if there was none (deltalake writes
+    none): the directory is gone all the same."""
     from pyarrow.fs import FileType
 
     files, path = file_system(location, options)
     for _marker_then_directory in range(2):
         kind = files.get_file_info(path).type
         if kind == FileType.Directory:
-            files.delete_dir(path)
+            try:
+                files.delete_dir(path)
+            except FileNotFoundError:
+                if files.get_file_info(path).type != FileType.NotFound:
+                    raise
         elif kind == FileType.File:
             files.delete_file(path)

@@ -173,7 +173,7 @@ class Owner:
 
     def clear(self) -> None:
         """Remove what a write that raced the queue's deletion left at the queue's location and
-        in its state location (where spark-flow can remove files: not on ``gs://``, ``hdfs://``)."""
+        in its state location (where spark-flow can remove files: not on ``hdfs://``)."""
         for location in (self.path, self.state_location):
             with contextlib.suppress(ConfigurationError):
                 remove_location(location, self.storage_options)

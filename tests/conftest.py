@@ -111,7 +111,7 @@ def _archive_classes(archive: Path, quiet: str) -> None:
 
 
 #: Fixtures that start servers (processes of their own): a test that uses one is marked ``processes``.
-SERVERS = {"spark_connect", "connect_session", "spark_cluster", "s3_server", "azurite_server"}
+SERVERS = {"spark_connect", "connect_session", "spark_cluster", "s3_server", "azurite_server", "gcs_server"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -257,13 +257,26 @@ def azurite_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield endpoint
 
 
+@pytest.fixture(scope="session")
+def gcs_server(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[tuple[str, str, Path]]:
+    """The suite's Google Cloud Storage server (fake-gcs-server, built from ``tests/gcs``) with a
+    bucket ``flow``: its URL, the GCS connector's jar that Spark reaches it with, the server's binary."""
+    from servers import build_gcs_server, gcs_connector, gcs_server
+
+    cache = request.config.cache.mkdir("gcs") if getattr(request.config, "cache", None) else tmp_path_factory.mktemp("gcs")
+    binary, connector = build_gcs_server(cache), gcs_connector(cache)
+    with gcs_server(binary, "flow", tmp_path_factory.mktemp("gcs") / "server.log") as endpoint:
+        yield endpoint, str(connector), binary
+
+
 @pytest.fixture
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
     """The storage a test runs on, by its parameter (``indirect``): ``local`` (the test's temporary
-    directory), ``s3`` (the S3 server, ``s3a://flow/<test>``) or ``abfs`` (Azurite,
-    ``abfs://flow@devstoreaccount1.dfs.core.windows.net/<test>``)."""
+    directory), ``s3`` (the S3 server, ``s3a://flow/<test>``), ``abfs`` (Azurite,
+    ``abfs://flow@devstoreaccount1.dfs.core.windows.net/<test>``) or ``gcs`` (the GCS server,
+    ``gs://flow/<test>``)."""
     from servers import AZURITE_ACCOUNT, AZURITE_KEY
-    from stores import abfs_conf, s3_conf
+    from stores import abfs_conf, gcs_conf, s3_conf
 
     kind, unique = getattr(request, "param", "local"), f"{tmp_path.name}-{uuid.uuid4().hex[:8]}"
     if kind == "s3":
@@ -271,6 +284,9 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
     if kind == "abfs":
         conf = abfs_conf(request.getfixturevalue("azurite_server"), AZURITE_ACCOUNT, AZURITE_KEY)
         return Store(kind, f"abfs://flow@{AZURITE_ACCOUNT}.dfs.core.windows.net/{unique}", conf)
+    if kind == "gcs":
+        endpoint, connector, _binary = request.getfixturevalue("gcs_server")
+        return Store(kind, f"gs://flow/{unique}", gcs_conf(endpoint, connector))
     return Store(kind, str(tmp_path))
 
 

@@ -1,7 +1,8 @@
 """Servers the suite starts once and stops by process id: a Spark Connect server from the
 pip-installed PySpark (the server Databricks serverless and standard access mode speak to), a
 standalone Spark cluster (a master and a worker, from the same PySpark), an S3 server (moto, from
-PyPI) and an Azure Blob storage server (Azurite, from npm)."""
+PyPI), an Azure Blob storage server (Azurite, from npm) and a Google Cloud Storage server
+(fake-gcs-server, a Go module, built from ``tests/gcs``)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,8 @@ from pathlib import Path
 from urllib.request import Request, urlopen
 
 ROOT = Path(__file__).resolve().parent.parent
+#: Google's GCS connector for Hadoop 3 (the newest release with a shaded jar on Maven Central).
+GCS_CONNECTOR_VERSION = "3.0.19"
 SPARK_SUBMIT = Path(sys.executable).parent / "spark-submit"
 SPARK_CLASS = Path(sys.executable).parent / "spark-class"
 MOTO_SERVER = Path(sys.executable).parent / "moto_server"
@@ -102,6 +105,50 @@ def create_container(endpoint: str, container: str) -> None:
     headers = {"x-ms-date": date, "x-ms-version": version, "Content-Length": "0",
                "Authorization": f"SharedKey {AZURITE_ACCOUNT}:{signature.decode()}"}
     urlopen(Request(f"{endpoint}/{container}?restype=container", method="PUT", headers=headers), timeout=30).close()
+
+
+GCS_SERVER = ROOT / "tests" / "gcs"
+
+
+def build_gcs_server(cache: Path) -> Path:
+    """The suite's GCS server (``tests/gcs``: fake-gcs-server plus the XML API requests deltalake
+    sends), built with ``go`` into ``cache`` once per version of its sources (10 s with the Go
+    module cache filled, a few minutes on a fresh machine)."""
+    digest = hashlib.sha256(b"".join((GCS_SERVER / name).read_bytes() for name in ("main.go", "go.mod", "go.sum")))
+    binary = cache / f"gcs-server-{digest.hexdigest()[:16]}"
+    if not binary.exists():
+        go = shutil.which("go") or "/usr/local/go/bin/go"
+        built = subprocess.run([go, "build", "-o", str(binary.with_suffix(".tmp")), "."], cwd=GCS_SERVER,
+                               capture_output=True, text=True, timeout=900, check=False)
+        if built.returncode != 0:
+            raise RuntimeError(f"building the GCS server failed (Go 1.26 is needed):\n{built.stderr[-3000:]}")
+        binary.with_suffix(".tmp").rename(binary)
+    return binary
+
+
+@contextmanager
+def gcs_server(binary: Path, bucket: str, log: Path, as_is: bool = False, timeout: float = 60) -> Iterator[str]:
+    """Google Cloud Storage (the suite's fake-gcs-server, in memory) on a loopback port with
+    ``bucket``; yields its URL. ``as_is``: fake-gcs-server without the requests ``tests/gcs`` adds."""
+    port = free_port()
+    command = [str(binary), "-host", "127.0.0.1", "-port", str(port), "-bucket", bucket, *(["-as-is"] if as_is else [])]
+    with _server(command, port, log, "the GCS server", timeout, stop_timeout=3):
+        yield f"http://127.0.0.1:{port}"
+
+
+def gcs_connector(cache: Path, version: str = GCS_CONNECTOR_VERSION) -> Path:
+    """Google's GCS connector for Hadoop, its shaded jar, from Maven Central with ``mvn`` (kept
+    in ``~/.m2``; Spark's ``spark.jars.packages`` takes no classifier)."""
+    jar = Path.home() / ".m2" / "repository" / "com" / "google" / "cloud" / "bigdataoss" / "gcs-connector" / version
+    jar = jar / f"gcs-connector-{version}-shaded.jar"
+    if not jar.exists():
+        mvn = shutil.which("mvn") or "mvn"
+        got = subprocess.run([mvn, "-q", "dependency:get", f"-Dartifact=com.google.cloud.bigdataoss:gcs-connector:"
+                              f"{version}:jar:shaded", "-Dtransitive=false"], cwd=cache, capture_output=True,
+                             text=True, timeout=600, check=False)
+        if got.returncode != 0 or not jar.exists():
+            raise RuntimeError(f"fetching the GCS connector failed (mvn is needed):\n{got.stdout[-3000:]}")
+    return jar
 
 
 @contextmanager

@@ -1,5 +1,5 @@
 """Where a test keeps its queues, home and checkpoints: a local directory, the suite's S3 server
-(moto) or its Azure Blob server (Azurite), with the Spark conf a job needs to reach it (the
+(moto), its Azure Blob server (Azurite) or its Google Cloud Storage server (fake-gcs-server), with the Spark conf a job needs to reach it (the
 object store file systems' jars from conf/object-storage.conf, endpoint and keys) and the
 deltalake storage options spark-flow derives from that conf."""
 
@@ -14,6 +14,18 @@ from spark_flow.cli import read_properties
 from spark_flow.storage import storage_options
 
 OBJECT_STORAGE_CONF = ROOT / "conf" / "object-storage.conf"
+#: Google's GCS connector as conf/object-storage.conf's GCS lines set it: its classes for
+#: ``gs://``, and plain numbers for the sizes Hadoop 3.5's own defaults give as ``64m``, which the
+#: connector cannot read (``NumberFormatException: For input string: "64m"``).
+GCS_CONNECTOR_CONF = {
+    "fs.gs.impl": "com.google.cloud.hadoop.fs.gcs.GoogleHadoopFileSystem",
+    "fs.AbstractFileSystem.gs.impl": "com.google.cloud.hadoop.fs.gcs.GoogleHadoopFS",
+    "fs.gs.block.size": "67108864",
+    "fs.gs.rewrite.max.chunk.size": "536870912",
+    "fs.gs.outputstream.buffer.size": "8388608",
+    "fs.gs.inputstream.inplace.seek.limit": "8388608",
+    "fs.gs.inputstream.min.range.request.size": "2097152",
+}
 #: The S3 secret key the tests use: a string no log, table or message may contain.
 S3_SECRET = "s3cr3t-Never-In-Logs-7f3a9c"
 
@@ -70,4 +82,20 @@ def abfs_conf(endpoint: str, account: str, key: str) -> dict[str, str]:
         "spark.hadoop.fs.azure.fns.account.service.type": "BLOB",
         "spark.hadoop.fs.azure.ingress.service.type": "BLOB",
         "spark.hadoop.fs.azure.networking.library": "JDK_HTTP_URL_CONNECTION",
+    })
+
+
+def gcs_conf(endpoint: str, connector: str) -> dict[str, str]:
+    """A job's conf for the GCS server: conf/object-storage.conf's GCS lines (Google's GCS
+    connector, its shaded jar ``connector``; plain numbers where Hadoop 3.5's defaults write
+    ``64m``) at the server's URL, without credentials (an emulator's), and renames as a copy and a
+    delete: the connector moves an object with GCS's ``moveTo`` request, which the emulator does
+    not serve (400)."""
+    return _object_storage({
+        "spark.jars": connector,
+        **{f"spark.hadoop.{key}": value for key, value in GCS_CONNECTOR_CONF.items()},
+        "spark.hadoop.fs.gs.storage.root.url": endpoint + "/",
+        "spark.hadoop.fs.gs.auth.type": "UNAUTHENTICATED",
+        "spark.hadoop.fs.gs.project.id": "spark-flow-tests",
+        "spark.hadoop.fs.gs.operation.move.enable": "false",
     })

@@ -174,9 +174,9 @@ def _queue_without_spark(store: Store, name: str) -> Queue:
 
 
 @pytest.mark.processes
-@pytest.mark.parametrize("store", ["local", "s3", "abfs"], indirect=True)
+@pytest.mark.parametrize("store", ["local", "s3", "abfs", "gcs"], indirect=True)
 def test_the_command_removes_table_state_and_registration(store: Store, tmp_path: Path) -> None:
-    """``spark-flow delete`` (no Spark) on local storage, S3 and Azure Blob: an unknown queue
+    """``spark-flow delete`` (no Spark) on local storage, S3, Azure Blob and GCS: an unknown queue
     names the registered ones, ``--if-empty`` refuses and removes nothing; then the table, the
     state location and the registration are gone, and a handle opened before can neither look
     at the queue nor write its state (nothing is made again at its state location)."""
@@ -231,6 +231,6 @@ def test_controller_and_listener_stop_looking_at_a_gone_queue(tmp_path: Path, ca
 
 
 def test_removing_files_elsewhere_is_refused_naming_the_schemes() -> None:
-    with pytest.raises(ConfigurationError, match=r"location='gs://flow/queues/events' is not valid: allowed is a "
-                                                 r"local path, s3:// \(s3a://\), abfs:// \(abfss://\) or az://"):
-        remove_location("gs://flow/queues/events", {})
+    with pytest.raises(ConfigurationError, match=r"location='hdfs://nn/queues/events' is not valid: allowed is a "
+                                                 r"local path, s3:// \(s3a://\), abfs:// \(abfss://\), az:// or gs://"):
+        remove_location("hdfs://nn/queues/events", {})

@@ -1,8 +1,9 @@
 """The producer, controller and consumer jobs (spark-submit, each its own JVM) with the queue,
 ``spark.flow.home`` and every checkpoint on object storage: the suite's S3 server (moto), with
 the producer and the consumer as applications of the suite's standalone cluster (the README's
-line), and its Azure Blob server (Azurite), with local applications. Results are read back with
-deltalake and the storage options spark-flow derives.
+line), its Azure Blob server (Azurite) and its Google Cloud Storage server (fake-gcs-server, Spark
+through Google's GCS connector), with local applications. Results are read back with deltalake
+and the storage options spark-flow derives.
 
 Each run starts five applications, a JVM each: one run per store proves what the jobs do there
 (held within stop + capacity, restarted from the checkpoint, the controller's status and a
@@ -144,8 +145,8 @@ def test_jobs_on_a_standalone_cluster_with_queue_home_and_checkpoints_on_s3(
             assert secret not in run.stdout + run.stderr
 
 
-@pytest.mark.parametrize("store", ["abfs"], indirect=True)
-def test_jobs_with_queue_home_and_checkpoints_on_abfs(store: Store) -> None:
+@pytest.mark.parametrize("store", ["abfs", "gcs"], indirect=True)
+def test_jobs_with_queue_home_and_checkpoints_on_abfs_and_gcs(store: Store) -> None:
     """The jobs as local applications with stop 20 / resume 10 in their conf: a held producer
     restarted from its checkpoint, the controller, then the consumer in batches of 10
     (``--max-bytes-per-trigger 1000`` tighter than ``--max-records-per-trigger 20``)."""

@@ -1,14 +1,18 @@
-"""Storage options: derived from the Spark conf a user sets for S3A and ABFS, explicit
-``spark.flow.storage.*`` winning, no secret in any message; and deltalake reaching the suite's S3
-and Azure Blob servers with them (the state tables and the CLI, which have no Spark)."""
+"""Storage options: derived from the Spark conf a user sets for S3A, ABFS and GCS, explicit
+``spark.flow.storage.*`` winning, no secret in any message; and deltalake reaching the suite's S3,
+Azure Blob and GCS servers with them (the state tables and the CLI, which have no Spark)."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
+from urllib.request import Request, urlopen
 
+import pyarrow as pa
 import pytest
 from stores import S3_SECRET, Store
 
@@ -47,6 +51,24 @@ def test_abfs_account_key_and_endpoint_become_deltalake_options() -> None:
                                      "azure_storage_endpoint": "http://127.0.0.1:10000/acct", "allow_http": "true"}
 
 
+def test_gcs_settings_become_deltalake_options() -> None:
+    """A key file is passed on; an emulator's endpoint without authentication becomes a key that
+    names it (object_store takes no other endpoint setting); an endpoint with credentials does not."""
+    keyfile = {"spark.hadoop.fs.gs.auth.type": "SERVICE_ACCOUNT_JSON_KEYFILE",
+               "spark.hadoop.fs.gs.auth.service.account.json.keyfile": "/etc/gcs/key.json"}
+    assert storage_options(keyfile) == {"google_service_account": "/etc/gcs/key.json"}
+    emulator = storage_options({"spark.hadoop.fs.gs.storage.root.url": "http://127.0.0.1:4443/",
+                                "spark.hadoop.fs.gs.auth.type": "unauthenticated"})
+    assert list(emulator) == ["google_service_account_key"]
+    assert json.loads(emulator["google_service_account_key"]) == {
+        "gcs_base_url": "http://127.0.0.1:4443", "disable_oauth": True, "client_email": "", "private_key": "",
+        "private_key_id": ""}
+    assert storage_options({"spark.hadoop.fs.gs.storage.root.url": "https://gcs.example.com/"}) == {}
+    with pytest.raises(ConfigurationError, match=r"spark.hadoop.fs.gs.storage.root.url='127.0.0.1:4443' is not valid"):
+        storage_options({"spark.hadoop.fs.gs.storage.root.url": "127.0.0.1:4443",
+                         "spark.hadoop.fs.gs.auth.type": "UNAUTHENTICATED"})
+
+
 def test_explicit_storage_options_win_and_are_lower_cased() -> None:
     conf = {**S3A, "spark.flow.storage.AWS_REGION": "us-east-1", "spark.flow.storage.aws_allow_http": "false"}
     options = storage_options(conf)
@@ -80,7 +102,7 @@ def test_a_misspelled_secret_key_is_named_without_its_value() -> None:
     assert S3_SECRET not in str(raised.value)
 
 
-@pytest.mark.parametrize("store", ["s3", "abfs"], indirect=True)
+@pytest.mark.parametrize("store", ["s3", "abfs", "gcs"], indirect=True)
 def test_state_tables_and_the_cli_reach_object_storage(store: Store, tmp_path: Path) -> None:
     """A state table written and compare-and-set on the server with the derived options; the
     CLI reading the home there from a properties file, or from --storage-option, and failing
@@ -105,6 +127,27 @@ def test_state_tables_and_the_cli_reach_object_storage(store: Store, tmp_path: P
     assert failed.returncode == 2 and "KEY=VALUE='***'" in failed.stderr, failed.stderr
     for secret in store.secrets:
         assert secret not in failed.stdout + failed.stderr
+
+
+def test_deltalake_needs_what_the_gcs_server_adds(gcs_server: tuple[str, str, Path], tmp_path: Path) -> None:
+    """fake-gcs-server as it is refuses deltalake's object upload (nothing is written) and lists
+    from the first key where deltalake asks for those after one: the two requests the suite's GCS
+    server (``tests/gcs``) adds. The day fake-gcs-server serves them, this fails: drop them."""
+    from deltalake import write_deltalake
+    from deltalake.exceptions import DeltaError
+    from servers import gcs_server as start_gcs_server
+    from stores import gcs_conf
+
+    _endpoint, connector, binary = gcs_server
+    with start_gcs_server(binary, "flow", tmp_path / "as-is.log", as_is=True) as endpoint:
+        options = storage_options(gcs_conf(endpoint, connector))
+        with pytest.raises(DeltaError, match=r"Error performing PUT .* 400 Bad Request.*invalid uploadType"):
+            write_deltalake("gs://flow/t", pa.table({"id": [1]}), storage_options=options)
+        for name in ("a", "b"):  # the emulator's JSON API upload
+            urlopen(Request(f"{endpoint}/upload/storage/v1/b/flow/o?uploadType=media&name=t/{name}", data=b"x",
+                            method="POST"), timeout=30).close()
+        with urlopen(f"{endpoint}/flow?list-type=2&prefix=t/&start-after=t/a", timeout=30) as listing:
+            assert re.findall(r"<Key>([^<]*)</Key>", listing.read().decode()) == ["t/a", "t/b"]
 
 
 @pytest.mark.parametrize("store", ["s3"], indirect=True)
@@ -133,7 +176,7 @@ def test_readme_cli_on_object_storage_as_written(store: Store, s3_server: str, t
 
 
 def test_object_storage_conf_is_spark_defaults_plus_the_file_systems() -> None:
-    from stores import OBJECT_STORAGE_CONF
+    from stores import GCS_CONNECTOR_CONF, OBJECT_STORAGE_CONF
 
     defaults = read_properties(str(OBJECT_STORAGE_CONF.parent / "spark-defaults.conf"))
     conf = read_properties(str(OBJECT_STORAGE_CONF))
@@ -146,3 +189,8 @@ def test_object_storage_conf_is_spark_defaults_plus_the_file_systems() -> None:
         "software.amazon.awssdk:sts", "org.apache.hadoop:hadoop-azure"}
     assert excludes[:len(defaults["spark.jars.excludes"].split(","))] == defaults["spark.jars.excludes"].split(",")
     assert "software.amazon.awssdk:bundle" in excludes
+    # its GCS lines (commented: the connector's jar is the user's to fetch) are those the suite runs
+    commented = [line[2:].split(None, 1) for line in OBJECT_STORAGE_CONF.read_text().splitlines()
+                 if line.startswith("# spark.hadoop.fs.") and "gs" in line.split()[1]]
+    assert {key.removeprefix("spark.hadoop."): value for key, value in commented
+            if value != "..." and ".auth." not in key} == GCS_CONNECTOR_CONF
