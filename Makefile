@@ -33,6 +33,18 @@ tools:
 	@for tool in go mvn; do command -v $$tool >/dev/null || { \
 	  echo "$$tool is needed by the GCS tests (Go 1.26 and Maven; .ci/run installs them)"; exit 1; }; done
 
+# The GCS tests' server (tests/gcs, a Go module) and Google's GCS connector (shaded: fetched with
+# mvn, as spark.jars.packages takes no classifier), ready before the suite starts.
+GCS_SERVER := tests/gcs/gcs-server
+GCS_CONNECTOR_VERSION := $(shell sed -n 's/^GCS_CONNECTOR_VERSION = "\(.*\)"/\1/p' tests/servers.py)
+GCS_CONNECTOR := $(HOME)/.m2/repository/com/google/cloud/bigdataoss/gcs-connector/$(GCS_CONNECTOR_VERSION)/gcs-connector-$(GCS_CONNECTOR_VERSION)-shaded.jar
+
+$(GCS_SERVER): tests/gcs/main.go tests/gcs/go.mod tests/gcs/go.sum
+	cd tests/gcs && go build -o gcs-server .
+
+$(GCS_CONNECTOR):
+	mvn -q dependency:get -Dartifact=com.google.cloud.bigdataoss:gcs-connector:$(GCS_CONNECTOR_VERSION):jar:shaded -Dtransitive=false
+
 # Static checks: style, then types (strict on spark_flow/).
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -46,7 +58,7 @@ check: lint
 # Everything, as CI runs it: the static checks and the whole suite, on two workers: one runs
 # the tests that start processes (Spark applications, servers, jobs) one at a time, the other
 # the tests in its own Spark session (the conftest's xdist groups).
-test: lint tools $(NODE_STAMP)
+test: lint tools $(NODE_STAMP) $(GCS_SERVER) $(GCS_CONNECTOR)
 	$(VENV)/bin/pytest -n 2 --dist loadgroup
 
 bench: $(STAMP)
@@ -58,4 +70,4 @@ bench: $(STAMP)
 	$(VENV)/bin/python bench/scrape.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache spark_flow.egg-info node_modules
+	rm -rf $(VENV) .pytest_cache .ruff_cache spark_flow.egg-info node_modules $(GCS_SERVER)

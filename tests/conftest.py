@@ -258,13 +258,12 @@ def azurite_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def gcs_server(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[tuple[str, str, Path]]:
+def gcs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, Path]]:
     """The suite's Google Cloud Storage server (fake-gcs-server, built from ``tests/gcs``) with a
     bucket ``flow``: its URL, the GCS connector's jar that Spark reaches it with, the server's binary."""
     from servers import build_gcs_server, gcs_connector, gcs_server
 
-    cache = request.config.cache.mkdir("gcs") if getattr(request.config, "cache", None) else tmp_path_factory.mktemp("gcs")
-    binary, connector = build_gcs_server(cache), gcs_connector(cache)
+    binary, connector = build_gcs_server(), gcs_connector(tmp_path_factory.mktemp("mvn"))
     with gcs_server(binary, "flow", tmp_path_factory.mktemp("gcs") / "server.log") as endpoint:
         yield endpoint, str(connector), binary
 
