@@ -1,0 +1,67 @@
+import java.io.File;
+import java.io.FileOutputStream;
+import java.io.OutputStream;
+
+import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.hdfs.MiniDFSCluster;
+import org.apache.hadoop.yarn.conf.YarnConfiguration;
+import org.apache.hadoop.yarn.server.MiniYARNCluster;
+
+/**
+ * The suite's HDFS and YARN: Hadoop's own mini cluster (a namenode and a datanode, a resource
+ * manager and a node manager) in this one process, on loopback, as Spark's YARN tests start it.
+ *
+ * Arguments: the directory to write core-site.xml, hdfs-site.xml and yarn-site.xml into (a
+ * HADOOP_CONF_DIR for spark-submit), the namenode's port, the node manager's memory (MB) and
+ * vcores. Its data goes under the working directory. Prints "ready" when both are up; runs
+ * until killed (its shutdown hook stops both).
+ */
+public final class MiniHadoop {
+    public static void main(String[] args) throws Exception {
+        File confDir = new File(args[0]);
+        int namenodePort = Integer.parseInt(args[1]);
+        Configuration conf = new YarnConfiguration();
+        conf.set(MiniDFSCluster.HDFS_MINIDFS_BASEDIR, new File("dfs").getAbsolutePath());
+        conf.set("dfs.namenode.rpc-bind-host", "127.0.0.1");
+        conf.set("dfs.datanode.address", "127.0.0.1:0");
+        conf.set("dfs.datanode.ipc.address", "127.0.0.1:0");
+        conf.set("dfs.datanode.http.address", "127.0.0.1:0");
+        conf.set("dfs.namenode.http-address", "127.0.0.1:0");
+        conf.setInt("dfs.replication", 1);
+        // Containers as small as a client-mode application's: an application master and an executor.
+        conf.setInt(YarnConfiguration.RM_SCHEDULER_MINIMUM_ALLOCATION_MB, 128);
+        conf.setInt(YarnConfiguration.NM_PMEM_MB, Integer.parseInt(args[2]));
+        conf.setInt(YarnConfiguration.NM_VCORES, Integer.parseInt(args[3]));
+        conf.setBoolean(YarnConfiguration.NM_PMEM_CHECK_ENABLED, false);
+        conf.setBoolean(YarnConfiguration.NM_VMEM_CHECK_ENABLED, false);
+        conf.setFloat(YarnConfiguration.NM_MAX_PER_DISK_UTILIZATION_PERCENTAGE, 99.9f);
+        conf.set("yarn.scheduler.capacity.maximum-am-resource-percent", "1.0");
+
+        MiniDFSCluster dfs = new MiniDFSCluster.Builder(conf).nameNodePort(namenodePort).numDataNodes(1)
+                .format(true).build();
+        dfs.waitActive();
+        conf.set("fs.defaultFS", dfs.getURI().toString());
+        MiniYARNCluster yarn = new MiniYARNCluster("spark-flow", 1, 1, 1);
+        yarn.init(conf);
+        yarn.start();
+        Runtime.getRuntime().addShutdownHook(new Thread(() -> {
+            yarn.stop();
+            dfs.shutdown();
+        }));
+        Configuration started = yarn.getConfig();
+        // start() can return before the resource manager has put its port in the configuration.
+        while (started.get(YarnConfiguration.RM_ADDRESS).endsWith(":0")) {
+            Thread.sleep(100);
+        }
+        started.set("fs.defaultFS", dfs.getURI().toString());
+        confDir.mkdirs();
+        for (String name : new String[] {"core-site.xml", "hdfs-site.xml", "yarn-site.xml"}) {
+            try (OutputStream out = new FileOutputStream(new File(confDir, name))) {
+                started.writeXml(out);
+            }
+        }
+        System.out.println("ready " + dfs.getURI() + " " + started.get(YarnConfiguration.RM_ADDRESS));
+        System.out.flush();
+        Thread.currentThread().join();
+    }
+}
