@@ -17,10 +17,11 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from email.utils import formatdate
 from pathlib import Path
+from urllib.parse import urlparse
 from urllib.request import Request, urlopen
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,15 +47,15 @@ def _listening(port: int) -> bool:
 
 @contextmanager
 def _server(command: list[str], port: int, log: Path, what: str, timeout: float, stop_timeout: float = 30,
-            cwd: Path = ROOT, **popen: object) -> Iterator[None]:
-    """Run ``command`` in its own process group until the block ends; ready when ``port`` accepts.
-    Stopped with SIGTERM, then SIGKILL after ``stop_timeout`` seconds."""
+            cwd: Path = ROOT, ready: Callable[[], bool] = lambda: True, **popen: object) -> Iterator[None]:
+    """Run ``command`` in its own process group until the block ends; ready when ``port`` accepts
+    and ``ready()``. Stopped with SIGTERM, then SIGKILL after ``stop_timeout`` seconds."""
     with log.open("w") as out:
         server = subprocess.Popen(command, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
                                   **popen)  # type: ignore[call-overload]
     try:
         deadline = time.monotonic() + timeout
-        while not _listening(port):
+        while not (_listening(port) and ready()):
             if server.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"{what} did not start (exit {server.poll()}):\n"
                                    f"{log.read_text(errors='replace')[-3000:]}")
@@ -158,16 +159,17 @@ def spark_standalone_cluster(work: Path, cores: int = 2, memory: str = "2g", tim
         yield f"spark://127.0.0.1:{port}"
 
 
-#: Hadoop's mini cluster (HDFS and YARN in one process) of Spark 4.2's Hadoop, and the JUnit 5 API
-#: its HDFS part calls (the jar does not bring it).
-MINICLUSTER_PACKAGES = ("org.apache.hadoop:hadoop-client-minicluster:3.5.0", "org.junit.jupiter:junit-jupiter-api:5.10.2")
+#: Hadoop's mini cluster (HDFS and YARN in one process) of Spark 4.2's Hadoop, and what it calls
+#: without bringing it: the JUnit 5 API (its HDFS part) and Bouncy Castle (the resource manager).
+MINICLUSTER_PACKAGES = ("org.apache.hadoop:hadoop-client-minicluster:3.5.0", "org.junit.jupiter:junit-jupiter-api:5.10.2",
+                        "org.bouncycastle:bcprov-jdk18on:1.78.1", "org.bouncycastle:bcpkix-jdk18on:1.78.1")
 HADOOP = ROOT / "tests" / "hadoop"
 
 
 def minicluster_classpath(cache: Path) -> list[str]:
     """The mini cluster's jars, fetched once by Spark's own package resolution (Maven Central,
     Spark's ivy cache) without the Hadoop client jars PySpark ships; the list kept in ``cache``."""
-    listing = cache / "minicluster.classpath"
+    listing = cache / f"minicluster-{hashlib.sha256(' '.join(MINICLUSTER_PACKAGES).encode()).hexdigest()[:12]}.classpath"  # a new list for new packages
     if listing.exists() and all(Path(jar).exists() for jar in listing.read_text().split()):
         return listing.read_text().split()
     excludes = "org.apache.hadoop:hadoop-client-api,org.apache.hadoop:hadoop-client-runtime,org.xerial.snappy:snappy-java"
@@ -177,7 +179,7 @@ def minicluster_classpath(cache: Path) -> list[str]:
     found = [line.split("=", 1)[1] for line in result.stdout.splitlines() if line.startswith("spark.jars=")]
     if result.returncode != 0 or not found or not found[0]:
         raise RuntimeError(f"resolving {MINICLUSTER_PACKAGES} failed (exit {result.returncode}):\n{result.stderr[-3000:]}")
-    jars = [jar.removeprefix("file:") for jar in found[0].split(",")]
+    jars = [urlparse(jar).path for jar in found[0].split(",")]
     listing.write_text("\n".join(jars))
     return jars
 
@@ -214,12 +216,8 @@ def hadoop_mini_cluster(work: Path, cache: Path, memory_mb: int = 8192, vcores: 
     env = {**os.environ, "JAVA_HOME": str(java_home())}
     command = ["java", "-Xmx1g", "-cp", os.pathsep.join([str(classes), *jars]), "MiniHadoop", str(conf_dir), str(port),
                str(memory_mb), str(vcores)]
-    with _server(command, port, log, "the Hadoop mini cluster", timeout, env=env, cwd=work):
-        deadline = time.monotonic() + timeout
-        while "ready " not in log.read_text(errors="replace"):
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"YARN did not start:\n{log.read_text(errors='replace')[-3000:]}")
-            time.sleep(0.2)
+    with _server(command, port, log, "the Hadoop mini cluster", timeout, env=env, cwd=work,
+                 ready=lambda: "ready " in log.read_text(errors="replace")):  # HDFS, then YARN
         yield f"hdfs://127.0.0.1:{port}", conf_dir
 
 

@@ -93,8 +93,12 @@ def test_jobs_on_yarn_with_queue_home_and_checkpoints_on_hdfs(yarn_cluster: tupl
         assert shown.returncode == 0 and "events" in shown.stdout, failure(shown)
     for run in [*runs, again, controller, consumer]:
         assert "Exception in task" not in run.stderr, failure(run)
-    # Five applications of the cluster's resource manager, each ended well.
-    apps = [app for app in yarn_applications(conf_dir) if int(str(app["startedTime"])) >= started]
+    # Five applications of the cluster's resource manager, each ended well (the last one's
+    # application master unregisters a moment after its driver ended).
+    deadline = time.monotonic() + 30
+    while (apps := [app for app in yarn_applications(conf_dir) if int(str(app["startedTime"])) >= started]) and \
+            any(app["state"] != "FINISHED" for app in apps) and time.monotonic() < deadline:
+        time.sleep(0.5)
     assert sorted((app["state"], app["finalStatus"]) for app in apps) == [("FINISHED", "SUCCEEDED")] * 5, apps
 
 

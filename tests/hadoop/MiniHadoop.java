@@ -18,6 +18,16 @@ import org.apache.hadoop.yarn.server.MiniYARNCluster;
  */
 public final class MiniHadoop {
     public static void main(String[] args) throws Exception {
+        try {
+            start(args);
+        } catch (Throwable failed) {  // the daemons already started would keep the JVM up
+            failed.printStackTrace();
+            System.exit(1);
+        }
+        Thread.currentThread().join();
+    }
+
+    private static void start(String[] args) throws Exception {
         File confDir = new File(args[0]);
         int namenodePort = Integer.parseInt(args[1]);
         Configuration conf = new YarnConfiguration();
@@ -35,6 +45,15 @@ public final class MiniHadoop {
         conf.setBoolean(YarnConfiguration.NM_PMEM_CHECK_ENABLED, false);
         conf.setBoolean(YarnConfiguration.NM_VMEM_CHECK_ENABLED, false);
         conf.setFloat(YarnConfiguration.NM_MAX_PER_DISK_UTILIZATION_PERCENTAGE, 99.9f);
+        // The capacity scheduler's one queue, as Spark's YARN tests set it.
+        conf.set("yarn.scheduler.capacity.root.queues", "default");
+        conf.set("yarn.scheduler.capacity.root.default.capacity", "100");
+        conf.set("yarn.scheduler.capacity.root.default.maximum-capacity", "100");
+        conf.set("yarn.scheduler.capacity.root.default.user-limit-factor", "1");
+        conf.set("yarn.scheduler.capacity.root.default.state", "RUNNING");
+        conf.set("yarn.scheduler.capacity.root.default.acl_submit_applications", "*");
+        conf.set("yarn.scheduler.capacity.root.default.acl_administer_queue", "*");
+        conf.set("yarn.scheduler.capacity.node-locality-delay", "-1");
         conf.set("yarn.scheduler.capacity.maximum-am-resource-percent", "1.0");
 
         MiniDFSCluster dfs = new MiniDFSCluster.Builder(conf).nameNodePort(namenodePort).numDataNodes(1)
@@ -62,6 +81,5 @@ public final class MiniHadoop {
         }
         System.out.println("ready " + dfs.getURI() + " " + started.get(YarnConfiguration.RM_ADDRESS));
         System.out.flush();
-        Thread.currentThread().join();
     }
 }
