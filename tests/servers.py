@@ -210,8 +210,10 @@ def hadoop_mini_cluster(work: Path, cache: Path, memory_mb: int = 8192, vcores: 
         if javac is None:
             raise RuntimeError("javac is needed for the suite's Hadoop mini cluster (apt-get install openjdk-17-jdk-headless; "
                                ".ci/run does)")
-        subprocess.run([javac, "-nowarn", "-cp", os.pathsep.join(jars), "-d", str(classes), str(source)], check=True,
-                       capture_output=True, timeout=300)
+        compiled = subprocess.run([javac, "-nowarn", "-cp", os.pathsep.join(jars), "-d", str(classes), str(source)],
+                                  capture_output=True, text=True, timeout=300, check=False)
+        if compiled.returncode != 0:
+            raise RuntimeError(f"compiling {source} failed:\n{compiled.stderr[-3000:]}")
     port, conf_dir, log = free_port(), work / "conf", work / "cluster.log"
     env = {**os.environ, "JAVA_HOME": str(java_home())}
     command = ["java", "-Xmx1g", "-cp", os.pathsep.join([str(classes), *jars]), "MiniHadoop", str(conf_dir), str(port),

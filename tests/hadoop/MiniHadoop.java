@@ -27,6 +27,12 @@ public final class MiniHadoop {
         Thread.currentThread().join();
     }
 
+    private static void write(Configuration conf, File file) throws Exception {
+        try (OutputStream out = new FileOutputStream(file)) {
+            conf.writeXml(out);
+        }
+    }
+
     private static void start(String[] args) throws Exception {
         File confDir = new File(args[0]);
         int namenodePort = Integer.parseInt(args[1]);
@@ -72,13 +78,22 @@ public final class MiniHadoop {
         while (started.get(YarnConfiguration.RM_ADDRESS).endsWith(":0")) {
             Thread.sleep(100);
         }
-        started.set("fs.defaultFS", dfs.getURI().toString());
+        // A client's settings only: the cluster's own configuration names test classes (a rack
+        // mapping) that a client's class path does not have.
         confDir.mkdirs();
-        for (String name : new String[] {"core-site.xml", "hdfs-site.xml", "yarn-site.xml"}) {
-            try (OutputStream out = new FileOutputStream(new File(confDir, name))) {
-                started.writeXml(out);
-            }
+        Configuration core = new Configuration(false);
+        core.set("fs.defaultFS", dfs.getURI().toString());
+        write(core, new File(confDir, "core-site.xml"));
+        Configuration hdfs = new Configuration(false);
+        hdfs.set("dfs.replication", "1");
+        write(hdfs, new File(confDir, "hdfs-site.xml"));
+        Configuration client = new Configuration(false);
+        for (String key : new String[] {YarnConfiguration.RM_ADDRESS, YarnConfiguration.RM_SCHEDULER_ADDRESS,
+                YarnConfiguration.RM_WEBAPP_ADDRESS, YarnConfiguration.RM_RESOURCE_TRACKER_ADDRESS,
+                YarnConfiguration.RM_ADMIN_ADDRESS}) {
+            client.set(key, started.get(key));
         }
+        write(client, new File(confDir, "yarn-site.xml"));
         System.out.println("ready " + dfs.getURI() + " " + started.get(YarnConfiguration.RM_ADDRESS));
         System.out.flush();
     }
