@@ -39,15 +39,21 @@ def yarn_conf() -> dict[str, str]:
     return {"spark.master": "yarn", "spark.submit.deployMode": "client",
             "spark.yarn.jars": f"local:{Path(pyspark.__file__).parent / 'jars'}/*",
             "spark.executor.instances": "1", "spark.executor.cores": "1", "spark.executor.memory": "512m",
-            "spark.yarn.am.memory": "384m", "spark.pyspark.python": sys.executable}
+            "spark.yarn.am.memory": "384m", "spark.pyspark.python": sys.executable,
+            # the driver goes on while its executor starts (its first tasks wait for it)
+            "spark.scheduler.minRegisteredResourcesRatio": "0"}
 
 
 def finish(process: subprocess.Popen[str], timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """Wait for a job started with pipes: its result, as :func:`subprocess.run` gives it."""
     stdout, stderr = process.communicate(timeout=timeout)
     return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
 
 def test_jobs_on_yarn_with_queue_home_and_checkpoints_on_hdfs(yarn_cluster: tuple[str, Path], tmp_path: Path) -> None:
+    """The README's YARN producer line (p1, stop 100 / resume 50), p2 once p1 declared the queue,
+    p1 again from its checkpoint while p2 runs; the controller; the consumer in batches of 20
+    (``--max-bytes-per-trigger 2000``, 100-byte messages); the README's ``spark-flow`` lines."""
     hdfs, conf_dir = yarn_cluster
     store = Store("hdfs", f"{hdfs}/{tmp_path.name}")
     path, output, home = store.url("queues", "events"), store.url("consumed"), store.url("home")
@@ -62,7 +68,7 @@ def test_jobs_on_yarn_with_queue_home_and_checkpoints_on_hdfs(yarn_cluster: tupl
     assert export == ["export", f"HADOOP_CONF_DIR={README_CONF}"]
     words = [word.replace(README_ROOT, store.root).replace(README_PYTHON, sys.executable) for word in producer]
     words[1:1] = [part for key, value in yarn_conf().items() for part in ("--conf", f"{key}={value}")]
-    first = subprocess.Popen([str(BIN / words[0]), *words[1:], *options, "--run-seconds", "20"], cwd=ROOT,
+    first = subprocess.Popen([str(BIN / words[0]), *words[1:], *options, "--run-seconds", "10"], cwd=ROOT,
                              env={**os.environ, **env, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable},
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     # A second application on the same queue, once the first declared it (two applications
@@ -73,10 +79,12 @@ def test_jobs_on_yarn_with_queue_home_and_checkpoints_on_hdfs(yarn_cluster: tupl
         time.sleep(0.5)
     second = start_job("producer", "--queue", path, "--name", "p2", "--rate", "40", *options, "--run-seconds", "12",
                        conf=conf, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    runs = [finish(first), finish(second)]
-    again = spark_submit("producer", "--queue", path, "--name", "p1", "--rate", "40", *options, "--run-seconds", "4",
-                         conf=conf, env=env)  # goes on from its checkpoint, held
-    queue, ids = check_two_held_producers(store, path, [*runs, again], stop, 2 * capacity)
+    runs = [finish(first)]
+    # p1 again while p2 runs: it goes on from its checkpoint, held
+    again = start_job("producer", "--queue", path, "--name", "p1", "--rate", "40", *options, "--run-seconds", "4",
+                      conf=conf, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    runs += [finish(second), finish(again)]
+    queue, ids = check_two_held_producers(store, path, runs, stop, 2 * capacity)
 
     controller = check_controller(store, home, conf, queue, stop, resume, len(ids), env=env)
 
@@ -91,7 +99,7 @@ def test_jobs_on_yarn_with_queue_home_and_checkpoints_on_hdfs(yarn_cluster: tupl
         shown = subprocess.run([str(BIN / command[0]), *(w.replace(README_ROOT, store.root) for w in command[1:])],
                                cwd=ROOT, capture_output=True, text=True, timeout=60)
         assert shown.returncode == 0 and "events" in shown.stdout, failure(shown)
-    for run in [*runs, again, controller, consumer]:
+    for run in [*runs, controller, consumer]:
         assert "Exception in task" not in run.stderr, failure(run)
     # Five applications of the cluster's resource manager, each ended well (the last one's
     # application master unregisters a moment after its driver ended).

@@ -14,7 +14,7 @@ import org.apache.hadoop.yarn.server.MiniYARNCluster;
  * Arguments: the directory to write core-site.xml, hdfs-site.xml and yarn-site.xml into (a
  * HADOOP_CONF_DIR for spark-submit), the namenode's port, the node manager's memory (MB) and
  * vcores. Its data goes under the working directory. Prints "ready" when both are up; runs
- * until killed (its shutdown hook stops both).
+ * until killed (its shutdown hook stops YARN and its containers).
  */
 public final class MiniHadoop {
     public static void main(String[] args) throws Exception {
@@ -69,10 +69,9 @@ public final class MiniHadoop {
         MiniYARNCluster yarn = new MiniYARNCluster("spark-flow", 1, 1, 1);
         yarn.init(conf);
         yarn.start();
-        Runtime.getRuntime().addShutdownHook(new Thread(() -> {
-            yarn.stop();
-            dfs.shutdown();
-        }));
+        // Stopped: the node manager ends its containers; HDFS's data is the suite's temporary
+        // directory, so it ends with the JVM (its own shutdown takes seconds).
+        Runtime.getRuntime().addShutdownHook(new Thread(yarn::stop));
         Configuration started = yarn.getConfig();
         // start() can return before the resource manager has put its port in the configuration.
         while (started.get(YarnConfiguration.RM_ADDRESS).endsWith(":0")) {
