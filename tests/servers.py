@@ -218,7 +218,9 @@ def hadoop_mini_cluster(work: Path, cache: Path, memory_mb: int = 8192, vcores: 
     env = {**os.environ, "JAVA_HOME": str(java_home())}
     command = ["java", "-Xmx1g", "-cp", os.pathsep.join([str(classes), *jars]), "MiniHadoop", str(conf_dir), str(port),
                str(memory_mb), str(vcores)]
-    with _server(command, port, log, "the Hadoop mini cluster", timeout, env=env, cwd=work,
+    # Killed 3 s after SIGTERM: its shutdown hook starts stopping YARN (the node manager ends
+    # its containers), whose whole stop takes 17 s here; nothing of the cluster is kept.
+    with _server(command, port, log, "the Hadoop mini cluster", timeout, stop_timeout=3, env=env, cwd=work,
                  ready=lambda: "ready " in log.read_text(errors="replace")):  # HDFS, then YARN
         yield f"hdfs://127.0.0.1:{port}", conf_dir
 

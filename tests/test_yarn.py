@@ -52,8 +52,9 @@ def finish(process: subprocess.Popen[str], timeout: float = 300) -> subprocess.C
 
 def test_jobs_on_yarn_with_queue_home_and_checkpoints_on_hdfs(yarn_cluster: tuple[str, Path], tmp_path: Path) -> None:
     """The README's YARN producer line (p1, stop 100 / resume 50), p2 once p1 declared the queue,
-    p1 again from its checkpoint while p2 runs; the controller; the consumer in batches of 20
-    (``--max-bytes-per-trigger 2000``, 100-byte messages); the README's ``spark-flow`` lines."""
+    p1 again from its checkpoint while p2 runs, and the controller meanwhile; the consumer in
+    batches of 50 (``--max-bytes-per-trigger 5000``, 100-byte messages); the README's
+    ``spark-flow`` lines."""
     hdfs, conf_dir = yarn_cluster
     store = Store("hdfs", f"{hdfs}/{tmp_path.name}")
     path, output, home = store.url("queues", "events"), store.url("consumed"), store.url("home")
@@ -83,15 +84,17 @@ def test_jobs_on_yarn_with_queue_home_and_checkpoints_on_hdfs(yarn_cluster: tupl
     # p1 again while p2 runs: it goes on from its checkpoint, held
     again = start_job("producer", "--queue", path, "--name", "p1", "--rate", "40", *options, "--run-seconds", "4",
                       conf=conf, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    runs += [finish(second), finish(again)]
+    runs.append(finish(second))
+    # The controller looks while p1 runs again, held: nobody consumes, so nobody writes either.
+    queue = Queue(path, store.options)
+    controller = check_controller(store, home, conf, queue, stop, resume, queue.depth().count, env=env)
+    runs.append(finish(again))
     queue, ids = check_two_held_producers(store, path, runs, stop, 2 * capacity)
 
-    controller = check_controller(store, home, conf, queue, stop, resume, len(ids), env=env)
-
-    consumer = spark_submit("consumer", "--queue", path, "--output", output, "--max-records-per-trigger", "50",
-                            "--max-bytes-per-trigger", "2000", "--trigger", "500ms", "--until-empty",
+    consumer = spark_submit("consumer", "--queue", path, "--output", output, "--max-records-per-trigger", "100",
+                            "--max-bytes-per-trigger", "5000", "--trigger", "500ms", "--until-empty",
                             conf=conf, env=env)
-    check_consumer(store, output, consumer, queue, [id for _, id in ids], 20)  # 100-byte messages within 2000 bytes
+    check_consumer(store, output, consumer, queue, [id for _, id in ids], 50)  # 100-byte messages within 5000 bytes
     consumed = DeltaTable(output, storage_options=store.options).to_pyarrow_table(columns=["producer", "id"])
     assert sorted(zip(consumed.column("producer").to_pylist(), consumed.column("id").to_pylist(), strict=True)) == sorted(ids)
 

@@ -71,7 +71,10 @@ public final class MiniHadoop {
         yarn.start();
         // Stopped: the node manager ends its containers; HDFS's data is the suite's temporary
         // directory, so it ends with the JVM (its own shutdown takes seconds).
-        Runtime.getRuntime().addShutdownHook(new Thread(yarn::stop));
+        Runtime.getRuntime().addShutdownHook(new Thread(() -> {
+            yarn.stop();
+            Runtime.getRuntime().halt(0);  // Hadoop's own shutdown hooks wait for HDFS's
+        }));
         Configuration started = yarn.getConfig();
         // start() can return before the resource manager has put its port in the configuration.
         while (started.get(YarnConfiguration.RM_ADDRESS).endsWith(":0")) {
