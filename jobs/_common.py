@@ -368,10 +368,11 @@ def job_command(job: str, *args: str, conf: Mapping[str, str] | None = None, cor
 
 
 def start_job(job: str, *args: str, conf: Mapping[str, str] | None = None, cores: int = 1,
-              remote: str | None = None, **popen: Any) -> subprocess.Popen[Any]:
+              remote: str | None = None, env: Mapping[str, str] | None = None, **popen: Any) -> subprocess.Popen[Any]:
     """Start :func:`job_command` as a process in the repository, its driver and Python workers
-    running this interpreter; ``popen`` goes to :class:`subprocess.Popen` (``stdout``,
+    running this interpreter, with ``env`` over this process's environment (``HADOOP_CONF_DIR``
+    for ``--master yarn``); ``popen`` goes to :class:`subprocess.Popen` (``stdout``,
     ``start_new_session``, ...)."""
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable, **(env or {})}
     return subprocess.Popen(job_command(job, *args, conf=conf, cores=cores, remote=remote), cwd=ROOT, env=env,
                             **popen)

@@ -111,7 +111,8 @@ def _archive_classes(archive: Path, quiet: str) -> None:
 
 
 #: Fixtures that start servers (processes of their own): a test that uses one is marked ``processes``.
-SERVERS = {"spark_connect", "connect_session", "spark_cluster", "s3_server", "azurite_server", "gcs_server"}
+SERVERS = {"spark_connect", "connect_session", "spark_cluster", "s3_server", "azurite_server", "gcs_server",
+           "yarn_cluster"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -234,6 +235,18 @@ def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[st
     work = tmp_path_factory.mktemp("cluster")
     with spark_standalone_cluster(work) as master:
         yield master, work / "worker"
+
+
+@pytest.fixture(scope="session")
+def yarn_cluster(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[tuple[str, Path]]:
+    """The suite's HDFS and YARN (Hadoop's mini cluster, one JVM): the namenode's ``hdfs://`` URL
+    and the cluster's Hadoop conf directory (spark-submit's ``HADOOP_CONF_DIR``). Its jars and
+    compiled launcher are kept in pytest's cache."""
+    from servers import hadoop_mini_cluster
+
+    cache = request.config.cache.mkdir("hadoop") if getattr(request.config, "cache", None) else tmp_path_factory.mktemp("jars")
+    with hadoop_mini_cluster(tmp_path_factory.mktemp("hadoop"), cache) as cluster:
+        yield cluster
 
 
 @pytest.fixture(scope="session")

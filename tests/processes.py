@@ -15,11 +15,11 @@ WARNING = re.compile(r"\b\w*Warning\b: ")
 
 
 def spark_submit(job: str, *args: str, conf: dict[str, str] | None = None, remote: str | None = None,
-                 timeout: float = 300) -> subprocess.CompletedProcess[str]:
+                 timeout: float = 300, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """Run ``jobs/<job>.py`` through the venv's spark-submit on a local[1] session (the preset) to
     its end; the driver and workers run this interpreter. With ``remote``, as a Spark Connect
-    client of that server."""
-    with start_job(job, *args, conf=conf, remote=remote, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    client of that server; ``env`` goes over this process's environment."""
+    with start_job(job, *args, conf=conf, remote=remote, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                    text=True) as process:
         try:
             stdout, stderr = process.communicate(timeout=timeout)

@@ -1,8 +1,9 @@
 """Servers the suite starts once and stops by process id: a Spark Connect server from the
 pip-installed PySpark (the server Databricks serverless and standard access mode speak to), a
 standalone Spark cluster (a master and a worker, from the same PySpark), an S3 server (moto, from
-PyPI), an Azure Blob storage server (Azurite, from npm) and a Google Cloud Storage server
-(fake-gcs-server, a Go module, built from ``tests/gcs``)."""
+PyPI), an Azure Blob storage server (Azurite, from npm), a Google Cloud Storage server
+(fake-gcs-server, a Go module, built from ``tests/gcs``) and HDFS with YARN (Hadoop's mini
+cluster, from Maven Central)."""
 
 from __future__ import annotations
 
@@ -17,10 +18,11 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from email.utils import formatdate
 from pathlib import Path
+from urllib.parse import urlparse
 from urllib.request import Request, urlopen
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,15 +50,15 @@ def _listening(port: int) -> bool:
 
 @contextmanager
 def _server(command: list[str], port: int, log: Path, what: str, timeout: float, stop_timeout: float = 30,
-            **popen: object) -> Iterator[None]:
-    """Run ``command`` in its own process group until the block ends; ready when ``port`` accepts.
-    Stopped with SIGTERM, then SIGKILL after ``stop_timeout`` seconds."""
+            cwd: Path = ROOT, ready: Callable[[], bool] = lambda: True, **popen: object) -> Iterator[None]:
+    """Run ``command`` in its own process group until the block ends; ready when ``port`` accepts
+    and ``ready()``. Stopped with SIGTERM, then SIGKILL after ``stop_timeout`` seconds."""
     with log.open("w") as out:
-        server = subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        server = subprocess.Popen(command, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
                                   **popen)  # type: ignore[call-overload]
     try:
         deadline = time.monotonic() + timeout
-        while not _listening(port):
+        while not (_listening(port) and ready()):
             if server.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"{what} did not start (exit {server.poll()}):\n"
                                    f"{log.read_text(errors='replace')[-3000:]}")
@@ -201,6 +203,83 @@ def spark_standalone_cluster(work: Path, cores: int = 2, memory: str = "2g", tim
                                    f"{(work / 'worker.log').read_text(errors='replace')[-3000:]}")
             time.sleep(0.5)
         yield f"spark://127.0.0.1:{port}"
+
+
+#: Hadoop's mini cluster (HDFS and YARN in one process) of Spark 4.2's Hadoop, and what it calls
+#: without bringing it: the JUnit 5 API (its HDFS part) and Bouncy Castle (the resource manager).
+MINICLUSTER_PACKAGES = ("org.apache.hadoop:hadoop-client-minicluster:3.5.0", "org.junit.jupiter:junit-jupiter-api:5.10.2",
+                        "org.bouncycastle:bcprov-jdk18on:1.78.1", "org.bouncycastle:bcpkix-jdk18on:1.78.1")
+HADOOP = ROOT / "tests" / "hadoop"
+
+
+def minicluster_classpath(cache: Path) -> list[str]:
+    """The mini cluster's jars, fetched once by Spark's own package resolution (Maven Central,
+    Spark's ivy cache) without the Hadoop client jars PySpark ships; the list kept in ``cache``."""
+    listing = cache / f"minicluster-{hashlib.sha256(' '.join(MINICLUSTER_PACKAGES).encode()).hexdigest()[:12]}.classpath"  # a new list for new packages
+    if listing.exists() and all(Path(jar).exists() for jar in listing.read_text().split()):
+        return listing.read_text().split()
+    excludes = "org.apache.hadoop:hadoop-client-api,org.apache.hadoop:hadoop-client-runtime,org.xerial.snappy:snappy-java"
+    result = subprocess.run([str(SPARK_SUBMIT), "--conf", f"spark.jars.packages={','.join(MINICLUSTER_PACKAGES)}",
+                             "--conf", f"spark.jars.excludes={excludes}", str(HADOOP / "classpath.py")],
+                            capture_output=True, text=True, timeout=600, check=False)
+    found = [line.split("=", 1)[1] for line in result.stdout.splitlines() if line.startswith("spark.jars=")]
+    if result.returncode != 0 or not found or not found[0]:
+        raise RuntimeError(f"resolving {MINICLUSTER_PACKAGES} failed (exit {result.returncode}):\n{result.stderr[-3000:]}")
+    jars = [urlparse(jar).path for jar in found[0].split(",")]
+    listing.write_text("\n".join(jars))
+    return jars
+
+
+def java_home() -> Path:
+    """The JDK of the ``java`` on PATH (YARN starts its containers' JVMs with ``$JAVA_HOME``)."""
+    java = shutil.which("java")
+    if java is None:
+        raise RuntimeError("Java 17 is needed (apt-get install openjdk-17-jdk-headless)")
+    return Path(java).resolve().parent.parent
+
+
+@contextmanager
+def hadoop_mini_cluster(work: Path, cache: Path, memory_mb: int = 8192, vcores: int = 8,
+                        timeout: float = 120) -> Iterator[tuple[str, Path]]:
+    """HDFS (a namenode and a datanode) and YARN (a resource manager and a node manager) in one
+    JVM on loopback ports: Hadoop's mini cluster from Maven Central, started by
+    ``tests/hadoop/MiniHadoop.java`` (compiled once into ``cache``), its data under ``work``.
+    Yields the namenode's ``hdfs://`` URL and the directory of the cluster's ``core-site.xml``,
+    ``hdfs-site.xml`` and ``yarn-site.xml`` (spark-submit's ``HADOOP_CONF_DIR``)."""
+    import pyspark
+
+    jars = [*minicluster_classpath(cache), str(Path(pyspark.__file__).parent / "jars" / "*")]
+    classes = cache / "classes"
+    source = HADOOP / "MiniHadoop.java"
+    if not (classes / "MiniHadoop.class").exists() or (classes / "MiniHadoop.class").stat().st_mtime < source.stat().st_mtime:
+        javac = shutil.which("javac")
+        if javac is None:
+            raise RuntimeError("javac is needed for the suite's Hadoop mini cluster (apt-get install openjdk-17-jdk-headless; "
+                               ".ci/run does)")
+        compiled = subprocess.run([javac, "-nowarn", "-cp", os.pathsep.join(jars), "-d", str(classes), str(source)],
+                                  capture_output=True, text=True, timeout=300, check=False)
+        if compiled.returncode != 0:
+            raise RuntimeError(f"compiling {source} failed:\n{compiled.stderr[-3000:]}")
+    port, conf_dir, log = free_port(), work / "conf", work / "cluster.log"
+    env = {**os.environ, "JAVA_HOME": str(java_home())}
+    command = ["java", "-Xmx1g", "-cp", os.pathsep.join([str(classes), *jars]), "MiniHadoop", str(conf_dir), str(port),
+               str(memory_mb), str(vcores)]
+    # Killed 3 s after SIGTERM: its shutdown hook starts stopping YARN (the node manager ends
+    # its containers), whose whole stop takes 17 s here; nothing of the cluster is kept.
+    with _server(command, port, log, "the Hadoop mini cluster", timeout, stop_timeout=3, env=env, cwd=work,
+                 ready=lambda: "ready " in log.read_text(errors="replace")):  # HDFS, then YARN
+        yield f"hdfs://127.0.0.1:{port}", conf_dir
+
+
+def yarn_applications(conf_dir: Path) -> list[dict[str, object]]:
+    """The applications the mini cluster's resource manager knows (its REST API: name, state,
+    finalStatus, startedTime, ...), found through the cluster's yarn-site.xml."""
+    import xml.etree.ElementTree as ElementTree
+
+    properties = ElementTree.parse(conf_dir / "yarn-site.xml").getroot().iter("property")
+    conf = {prop.findtext("name"): prop.findtext("value") for prop in properties}
+    with urlopen(f"http://{conf['yarn.resourcemanager.webapp.address']}/ws/v1/cluster/apps", timeout=30) as response:
+        return list((json.load(response).get("apps") or {}).get("app", []))
 
 
 CHROMIUM = Path(shutil.which("chromium") or "/usr/bin/chromium")

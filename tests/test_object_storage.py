@@ -61,13 +61,13 @@ def check_held_producer(store: Store, path: str, runs: list[subprocess.Completed
 
 
 def check_controller(store: Store, home: str, conf: dict[str, str], queue: Queue, stop: int, resume: int,
-                     depth: int) -> subprocess.CompletedProcess[str]:
-    """The controller job (one look: ``--available-now``), started after a stop-producers
-    command was issued: its status shows the queue's thresholds, depth and flow state as it
-    looked, and the command applied once."""
+                     depth: int, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """The controller job (one look: ``--available-now``; ``env`` over this process's
+    environment), started after a stop-producers command was issued: its status shows the
+    queue's thresholds, depth and flow state as it looked, and the command applied once."""
     admin = FlowAdmin(home, store.options)
     command = admin.stop_producers("events")  # issued while no controller runs: applied when it starts
-    controller = spark_submit("controller", "--available-now", conf=conf)
+    controller = spark_submit("controller", "--available-now", conf=conf, env=env)
     assert controller.returncode == 0, failure(controller)
     lines = progress(controller.stdout, "controller")
     assert lines and lines[-1]["flowStopped"] == "events/default" and lines[-1]["held"] == "events", failure(controller)

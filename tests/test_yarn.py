@@ -1,0 +1,143 @@
+"""The producer, controller and consumer jobs as YARN applications (client mode) of the suite's
+Hadoop mini cluster, with the queue, ``spark.flow.home`` and every checkpoint on its HDFS. One
+run proves what the jobs do there: two producer applications on one queue (the README's line
+and a second one), held within stop + their capacities, every message written once; a producer
+restarted from its checkpoint; the controller's status and a command queued while it was down;
+the consumer's read limits, every message consumed once; the CLI against the ``hdfs://`` home.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyspark
+import pytest
+from _common import start_job
+from deltalake import DeltaTable
+from processes import ROOT, failure, progress, spark_submit
+from servers import yarn_applications
+from stores import Store
+from test_object_storage import check_consumer, check_controller
+from test_readme import BIN, bash_blocks
+
+from spark_flow.queue import Queue
+
+pytestmark = pytest.mark.processes
+
+#: The README's placeholders and what they are on the suite's cluster.
+README_ROOT, README_CONF, README_PYTHON = "hdfs://namenode:8020/flow", "/etc/hadoop/conf", "/opt/venv/bin/python"
+
+
+def yarn_conf() -> dict[str, str]:
+    """Client-mode applications as small as the node manager's room for three at once: an
+    application master and one executor each. Spark's jars are on the cluster's one node
+    already (``local:``), so only the Delta package and PySpark's zips are uploaded."""
+    return {"spark.master": "yarn", "spark.submit.deployMode": "client",
+            "spark.yarn.jars": f"local:{Path(pyspark.__file__).parent / 'jars'}/*",
+            "spark.executor.instances": "1", "spark.executor.cores": "1", "spark.executor.memory": "512m",
+            "spark.yarn.am.memory": "384m", "spark.pyspark.python": sys.executable,
+            # the driver goes on while its executor starts (its first tasks wait for it)
+            "spark.scheduler.minRegisteredResourcesRatio": "0"}
+
+
+def finish(process: subprocess.Popen[str], timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """Wait for a job started with pipes: its result, as :func:`subprocess.run` gives it."""
+    stdout, stderr = process.communicate(timeout=timeout)
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
+def test_jobs_on_yarn_with_queue_home_and_checkpoints_on_hdfs(yarn_cluster: tuple[str, Path], tmp_path: Path) -> None:
+    """The README's YARN producer line (p1, stop 100 / resume 50), p2 once p1 declared the queue,
+    p1 again from its checkpoint while p2 runs, and the controller meanwhile; the consumer in
+    batches of 50 (``--max-bytes-per-trigger 5000``, 100-byte messages); the README's
+    ``spark-flow`` lines."""
+    hdfs, conf_dir = yarn_cluster
+    store = Store("hdfs", f"{hdfs}/{tmp_path.name}")
+    path, output, home = store.url("queues", "events"), store.url("consumed"), store.url("home")
+    stop, resume, capacity = 100, 50, 30
+    conf = {**yarn_conf(), "spark.flow.home": home, "spark.flow.stopCount": str(stop),
+            "spark.flow.resumeCount": str(resume)}
+    env = {"HADOOP_CONF_DIR": str(conf_dir)}
+    options = ["--capacity", str(capacity), "--trigger", "500ms"]
+    started = time.time() * 1000
+
+    [export, producer, status, why] = bash_blocks("On YARN and HDFS")[0]
+    assert export == ["export", f"HADOOP_CONF_DIR={README_CONF}"]
+    words = [word.replace(README_ROOT, store.root).replace(README_PYTHON, sys.executable) for word in producer]
+    words[1:1] = [part for key, value in yarn_conf().items() for part in ("--conf", f"{key}={value}")]
+    first = subprocess.Popen([str(BIN / words[0]), *words[1:], *options, "--run-seconds", "10"], cwd=ROOT,
+                             env={**os.environ, **env, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable},
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # A second application on the same queue, once the first declared it (two applications
+    # creating one Delta table at once: one of them fails, as Delta's own commits do).
+    deadline = time.monotonic() + 180
+    while not _exists(path, store):
+        assert first.poll() is None and time.monotonic() < deadline, failure(finish(first))
+        time.sleep(0.5)
+    second = start_job("producer", "--queue", path, "--name", "p2", "--rate", "40", *options, "--run-seconds", "12",
+                       conf=conf, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    runs = [finish(first)]
+    # p1 again while p2 runs: it goes on from its checkpoint, held
+    again = start_job("producer", "--queue", path, "--name", "p1", "--rate", "40", *options, "--run-seconds", "4",
+                      conf=conf, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    runs.append(finish(second))
+    # The controller looks while p1 runs again, held: nobody consumes, so nobody writes either.
+    queue = Queue(path, store.options)
+    controller = check_controller(store, home, conf, queue, stop, resume, queue.depth().count, env=env)
+    runs.append(finish(again))
+    queue, ids = check_two_held_producers(store, path, runs, stop, 2 * capacity)
+
+    consumer = spark_submit("consumer", "--queue", path, "--output", output, "--max-records-per-trigger", "100",
+                            "--max-bytes-per-trigger", "5000", "--trigger", "500ms", "--until-empty",
+                            conf=conf, env=env)
+    check_consumer(store, output, consumer, queue, [id for _, id in ids], 50)  # 100-byte messages within 5000 bytes
+    consumed = DeltaTable(output, storage_options=store.options).to_pyarrow_table(columns=["producer", "id"])
+    assert sorted(zip(consumed.column("producer").to_pylist(), consumed.column("id").to_pylist(), strict=True)) == sorted(ids)
+
+    for command in (status, why):
+        shown = subprocess.run([str(BIN / command[0]), *(w.replace(README_ROOT, store.root) for w in command[1:])],
+                               cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert shown.returncode == 0 and "events" in shown.stdout, failure(shown)
+    for run in [*runs, controller, consumer]:
+        assert "Exception in task" not in run.stderr, failure(run)
+    # Five applications of the cluster's resource manager, each ended well (the last one's
+    # application master unregisters a moment after its driver ended).
+    deadline = time.monotonic() + 30
+    while (apps := [app for app in yarn_applications(conf_dir) if int(str(app["startedTime"])) >= started]) and \
+            any(app["state"] != "FINISHED" for app in apps) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert sorted((app["state"], app["finalStatus"]) for app in apps) == [("FINISHED", "SUCCEEDED")] * 5, apps
+
+
+def _exists(path: str, store: Store) -> bool:
+    try:
+        DeltaTable(path, storage_options=store.options)
+    except Exception:  # not yet a Delta table (deltalake's TableNotFoundError) or not reachable yet
+        return False
+    return True
+
+
+def check_two_held_producers(store: Store, path: str, runs: list[subprocess.CompletedProcess[str]], stop: int,
+                             capacities: int) -> tuple[Queue, list[tuple[str, int]]]:
+    """Producer runs of two applications (p1, restarted, and p2): held, no line (nor the table)
+    over stop + both capacity windows, every message written once. Returns the queue and the
+    messages enqueued (producer, id)."""
+    for run in runs:
+        assert run.returncode == 0, failure(run)
+    lines = [line for run in runs for line in progress(run.stdout, "producer")]
+    assert {line["producer"] for line in lines} == {"p1", "p2"}, failure(runs[0])
+    assert any(line["flowStopped"] == "true" for line in lines), failure(runs[0])
+    assert all(int(line["depth"]) <= stop + capacities for line in lines), failure(runs[0])
+    enqueued = DeltaTable(path, storage_options=store.options).to_pyarrow_table(columns=["id", "producer"])
+    assert stop < enqueued.num_rows <= stop + capacities
+    messages = list(zip(enqueued.column("producer").to_pylist(), enqueued.column("id").to_pylist(), strict=True))
+    assert len(messages) == len(set(messages))  # no application's commit overwrote another's; nothing twice
+    queue = Queue(path, store.options)
+    default = queue.subscriptions.get("default")
+    assert default.flow_stopped and default.flow_stopped_count >= 1
+    assert queue.depth().count == enqueued.num_rows
+    return queue, messages
