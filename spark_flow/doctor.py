@@ -30,14 +30,17 @@ from spark_flow.storage import named_access_errors, remove_location, session_sto
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-#: What Spark's errors say when a jar is missing, and the jar that adds it.
+#: What Spark's errors name when a jar is missing (a class, a scheme), and the jar that adds it.
 _MISSING_JARS = (
-    ("delta", "io.delta:delta-spark_4.2_2.13:4.4.0 in spark.jars.packages, with Delta's spark.sql.extensions and "
-              "spark.sql.catalog.spark_catalog (conf/spark-defaults.conf)"),
-    ("s3a", "org.apache.hadoop:hadoop-aws:3.5.0 and the AWS SDK v2 modules s3, s3-transfer-manager and sts 2.35.4 "
-            "in spark.jars.packages (conf/object-storage.conf), or the cluster's own S3 connector"),
-    ("abfs", "org.apache.hadoop:hadoop-azure:3.5.0 in spark.jars.packages (conf/object-storage.conf)"),
-    ("gs", "Google's gcs-connector (hadoop3, shaded) in spark.jars"),
+    (("S3AFileSystem", 'scheme "s3a"'), "org.apache.hadoop:hadoop-aws:3.5.0 and the AWS SDK v2 modules s3, "
+     "s3-transfer-manager and sts 2.35.4 in spark.jars.packages (conf/object-storage.conf), or the cluster's own S3 "
+     "connector"),
+    (("AzureBlobFileSystem", 'scheme "abfs'), "org.apache.hadoop:hadoop-azure:3.5.0 in spark.jars.packages "
+     "(conf/object-storage.conf)"),
+    (("GoogleHadoopFileSystem", 'scheme "gs"'), "Google's gcs-connector (hadoop3, shaded) in spark.jars"),
+    (("DATA_SOURCE_NOT_FOUND", "io.delta", "DeltaSparkSessionExtension"), "io.delta:delta-spark_4.2_2.13:4.4.0 in "
+     "spark.jars.packages, with Delta's spark.sql.extensions and spark.sql.catalog.spark_catalog "
+     "(conf/spark-defaults.conf)"),
 )
 
 
@@ -55,13 +58,19 @@ class Check:
         return text if self.ok or not self.fix else f"{text} -> {self.fix}"
 
 
+def _said(error: BaseException) -> str:
+    """An error's message without the JVM's stack frames (``\tat ...``), as one line."""
+    kept = [line for line in str(error).splitlines() if not line.strip().startswith("at ")]
+    return one_line(Exception("\n".join(kept)))[:400]
+
+
 def _check(name: str, attempt: Callable[[], str], fix: Callable[[BaseException], str]) -> Check:
     try:
         return Check(name, True, attempt())
     except StorageAccessError as error:
         return Check(name, False, error.missing, error.fix)
     except Exception as error:  # each check reports its own failure, the others still run
-        return Check(name, False, one_line(error)[:400], fix(error))
+        return Check(name, False, _said(error), fix(error))
 
 
 def _version(package: str) -> str:
@@ -85,10 +94,9 @@ def versions(spark: SparkSession) -> str:
 
 
 def _jar_fix(error: BaseException) -> str:
-    text = str(error)
-    for scheme, jar in _MISSING_JARS:
-        if (f'scheme "{scheme}"' in text or ("DATA_SOURCE_NOT_FOUND" in text and scheme == "delta")
-                or ("ClassNotFoundException" in text and scheme in text.lower())):
+    text = _said(error)
+    for names, jar in _MISSING_JARS:
+        if any(name in text for name in names):
             return f"add {jar}"
     if "403" in text or "AccessDenied" in text or "credential" in text.lower():
         return "give Spark credentials for the storage (spark.hadoop.fs.s3a.*, fs.azure.account.key.*, or the cluster's)"
@@ -164,11 +172,11 @@ def _executors(spark: SparkSession, location: str, options: dict[str, str]) -> I
     try:
         [row] = spark.range(1, numPartitions=1).mapInArrow(_executor_probe(location, options), schema).collect()
     except Exception as error:
-        text = one_line(error)
+        text = _said(error)
         missing = "No module named 'spark_flow'" in text or "No module named 'deltalake'" in text
         fix = (f"install spark-flow (with deltalake and pyarrow) in the executors' Python ({python}; "
                "on Databricks %pip install spark-flow or a cluster library)") if missing else "see the executors' logs"
-        yield Check("executors' Python", False, text[:400], fix)
+        yield Check("executors' Python", False, text, fix)
         yield Check("executors' deltalake", False, "not run: no executor's Python ran spark_flow", "fix the check above first")
         return
     yield Check("executors' Python", True, f"spark_flow {row['spark_flow']} importable (Python {row['python']})")

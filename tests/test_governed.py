@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import boto3
@@ -22,8 +24,9 @@ pytestmark = pytest.mark.processes
 #: A Spark Connect client trying each entry point in turn; prints what each raised, as JSON.
 CLIENT = """
 import json, sys
+from deltalake import DeltaTable
 from pyspark.sql import SparkSession
-from spark_flow import declare, enqueue_stream, read_queue, start_controller
+from spark_flow import declare, enqueue_stream, open_queue, read_queue, start_controller, storage_options
 
 url, queue, home, key, secret = sys.argv[1:]
 spark = SparkSession.builder.remote(url).getOrCreate()
@@ -39,7 +42,9 @@ def attempt(name, action):
 attempt("declare", lambda: declare(spark, queue, "id BIGINT"))
 spark.conf.set("spark.flow.storage.aws_access_key_id", key)  # the fix the message names
 spark.conf.set("spark.flow.storage.aws_secret_access_key", secret)
+seen["a table after the refused declare"] = DeltaTable.is_deltatable(queue, storage_options(dict(spark.conf.getAll)))
 attempt("declare with spark.flow.storage.*", lambda: declare(spark, queue, "id BIGINT"))
+seen["declared version"] = open_queue(queue, storage_options(dict(spark.conf.getAll))).refresh()
 spark.conf.unset("spark.flow.storage.aws_access_key_id")
 spark.conf.unset("spark.flow.storage.aws_secret_access_key")
 
@@ -51,7 +56,7 @@ def produce():
     query.stop()
     raise AssertionError("the producer ran for 60 s")
 attempt("producer", produce)
-attempt("consumer", lambda: read_queue(spark, queue))
+attempt("consumer", lambda: read_queue(spark, queue).columns)  # analysed: the source asked for its schema
 
 def control():
     query = start_controller(spark, home, trigger="1 second")
@@ -92,26 +97,27 @@ def test_governed_compute_each_entry_point_names_the_missing_credentials(governe
     the same one line."""
     queue, home = "s3a://flow/governed/events", "s3a://flow/governed/home"
     env = {**os.environ, **governed_connect.env}
-    client = subprocess.run([sys.executable, "-c", CLIENT, f"{governed_connect.url}/;session_id=governed", queue, home,
+    client = subprocess.run([sys.executable, "-c", CLIENT, f"{governed_connect.url}/;session_id={uuid.uuid4()}", queue, home,
                              governed_connect.key, governed_connect.secret],
                             capture_output=True, text=True, timeout=240, env=env, cwd=ROOT)
     assert client.returncode == 0, client.stderr[-5000:]
     seen = json.loads(client.stdout.splitlines()[-1])
     print(json.dumps(seen, indent=1))
 
-    assert _line(seen["declare"]) == f"cannot use {home} {MISSING}"
+    assert _line(seen["declare"]) == f"cannot use {queue} {MISSING}"
+    assert seen["a table after the refused declare"] is False
     assert seen["declare with spark.flow.storage.*"] is None
-    table = [key for key in _keys(governed_connect, "governed/events/_delta_log/") if key.endswith(".json")]
-    assert len(table) == 1, table  # the second declare's CREATE TABLE; the producer wrote nothing after it
+    commits = [key for key in _keys(governed_connect, "governed/events/_delta_log/") if key.endswith(".json")]
+    assert len(commits) == seen["declared version"] + 1, commits  # the producer wrote nothing after the declare
     assert _line(seen["producer"]) == f"cannot use {queue} {MISSING}"
     assert _line(seen["consumer"]) == f"cannot use {queue} {MISSING}"
-    assert _line(seen["controller"]).endswith(MISSING)
+    assert _line(seen["controller"]) == f"cannot use {home} {MISSING}"
 
     properties = tmp_path / "governed.conf"
     properties.write_text("".join(f"{key} {value}\n" for key, value in governed_connect.conf.items()))
     cli = subprocess.run([str(Path(sys.executable).parent / "spark-flow"), "--home", home, "--properties-file",
                           str(properties), "status"], capture_output=True, text=True, timeout=60, env=env)
     assert (cli.returncode, cli.stdout) == (1, "")
-    assert cli.stderr == f"spark-flow status: error: cannot use {home} {MISSING}\n"
+    assert re.fullmatch(f"spark-flow status: error: cannot use {home}/_spark_flow/\\w+ {re.escape(MISSING)}\n", cli.stderr)
     for run in (client, cli):
         assert governed_connect.secret not in run.stdout + run.stderr
