@@ -208,10 +208,11 @@ class DeadLetterLimitError(SparkFlowError):
         )
 
 
-class StorageAccessError(SparkFlowError):
+class StorageAccessError(SparkFlowError, OSError):
     """Thrown when this Python process's ``deltalake`` cannot reach a location or is refused
     there, before spark-flow writes anything: names the location, what is missing and where to
-    give it (Spark's own credentials may stay in its JVM, out of Python's reach)."""
+    give it (Spark's own credentials may stay in its JVM, out of Python's reach). An ``OSError``,
+    as the storage failure it names."""
 
     def __init__(self, location: str, missing: str, fix: str) -> None:
         self.location = location

@@ -265,7 +265,8 @@ WHERE_TO_GIVE = ("in the Spark conf the session starts with (on Databricks from 
                  "{{secrets/<scope>/<key>}} in the cluster's or job's Spark config). Spark's own credentials "
                  "(a Hadoop credential provider, an instance profile, Unity Catalog's vended credentials) "
                  "stay in its JVM and do not reach Python (Databricks standard and serverless compute)")
-_NO_INSTANCE_CREDENTIALS = re.compile(r"169\.254\.169\.254|/latest/api/token|metadata|credential", re.I)
+_NO_INSTANCE_CREDENTIALS = re.compile(r"169\.254\.169\.254|/latest/api/token|/latest/meta-data|/metadata/identity|"
+                                      r"computeMetadata|credential", re.I)
 _REFUSED = re.compile(r"\b(403|401)\b|Forbidden|AccessDenied|InvalidAccessKeyId|SignatureDoesNotMatch|"
                       r"AuthorizationFailure|AuthenticationFailed|lacked the necessary privileges", re.I)
 _UNREACHABLE = re.compile(r"Connection refused|tcp connect error|dns error|error sending request|timed out|"
@@ -306,6 +307,8 @@ def named_access_errors(location: str, options: Mapping[str, str]) -> Iterator[N
     that names what is missing (:func:`access_error`); other errors pass as they are."""
     try:
         yield
+    except StorageAccessError:  # named already, where it was first seen
+        raise
     except OSError as error:
         named = access_error(location, options, error)
         if named is None:
