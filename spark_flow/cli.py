@@ -134,7 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; errors print one line naming what was wrong and return 2.
 
     Run as the ``spark-flow`` script (no ``argv``), it ends the process itself with that
-    status (0 done, 1 storage failed, 2 refused) through :func:`~spark_flow.session.exit_process`: an interpreter
+    status (0 done, 1 storage failed or a doctor check did, 2 refused) through :func:`~spark_flow.session.exit_process`: an interpreter
     that used deltalake can abort at exit (delta-io/delta-rs#2184), which would turn either
     status into 134, and scripts and schedulers read it.
     """

@@ -160,9 +160,9 @@ def run_checks(spark: SparkSession, home: str, queues: Sequence[str] = ()) -> It
         for queue in queues:
             yield _check(f"queue {queue}", lambda q=queue: _queue(spark, admin, q),  # type: ignore[misc]
                          lambda e: "declare it (spark-flow declare), or name a registered queue or a queue's path")
-        _remove(probe, options)
     else:
         yield Check("home", False, "not read: the driver's deltalake cannot reach it", "fix the check above first")
+    _remove(probe, options)
 
 
 def _executors(spark: SparkSession, location: str, options: dict[str, str]) -> Iterator[Check]:

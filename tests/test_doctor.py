@@ -78,8 +78,9 @@ def test_doctor_names_what_to_do(spark: SparkSession, on_s3: dict[str, str], tmp
     which setting to check."""
     home = f"s3a://flow/{tmp_path.name}/home"
     if broken == "wrong endpoint":
-        on_s3["aws_endpoint_url"] = f"http://127.0.0.1:{free_port()}"
+        on_s3.update(aws_endpoint_url=f"http://127.0.0.1:{free_port()}", max_retries="1")  # refused at once
     checks = _run(spark, on_s3, home, "events")
+    print("\n".join(check.line() for check in checks.values()))
     engine = checks["Spark's Delta and storage jars"]
     assert not engine.ok and "ClassNotFoundException: Class org.apache.hadoop.fs.s3a.S3AFileSystem not found" in engine.detail
     assert engine.fix.startswith("add org.apache.hadoop:hadoop-aws:3.5.0")
