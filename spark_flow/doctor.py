@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import posixpath
+import re
 import sys
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -59,8 +60,10 @@ class Check:
 
 
 def _said(error: BaseException) -> str:
-    """An error's message without the JVM's stack frames (``\tat ...``), as one line."""
-    kept = [line for line in str(error).splitlines() if not line.strip().startswith("at ")]
+    """An error's message without the JVM's stack frames and causes (``at ...``, ``Caused by``),
+    as one line."""
+    said = str(error).split("\nCaused by:", 1)[0]
+    kept = [line for line in said.splitlines() if not re.match(r"\s*(at |\.\.\. \d+ more)", line)]
     return one_line(Exception("\n".join(kept)))[:400]
 
 
