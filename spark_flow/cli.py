@@ -1,6 +1,6 @@
 """``spark-flow``: the operator's command line over a home (``--home`` or ``$SPARK_FLOW_HOME``).
 
-Only ``declare`` starts Spark; the other commands read and append the home's Delta tables with
+Only ``declare`` and ``doctor`` start Spark; the other commands read and append the home's Delta tables with
 ``deltalake``, so they answer in a second. On object storage they take the storage settings a
 Spark job has (``--properties-file``, the ``spark.hadoop.fs.s3a.*`` / ``fs.azure.*`` /
 ``spark.flow.storage.*`` entries of a spark-defaults.conf) and ``--storage-option KEY=VALUE``. Commands that change something (``set``,
@@ -21,10 +21,10 @@ from typing import Any
 
 from spark_flow.admin import FlowAdmin
 from spark_flow.commands import ALL_QUEUES
-from spark_flow.exceptions import ConfigurationError, SparkFlowError, one_line
+from spark_flow.exceptions import ConfigurationError, SparkFlowError, StorageAccessError, one_line
 from spark_flow.home import HOME_CONF
 from spark_flow.serve import DEFAULT_BIND, DEFAULT_PORT, TOKEN_ENV
-from spark_flow.storage import as_conf, storage_options
+from spark_flow.storage import access_error, as_conf, storage_options
 
 HOME_ENV = "SPARK_FLOW_HOME"
 
@@ -55,6 +55,7 @@ def _parser() -> argparse.ArgumentParser:
                "  spark-flow delete events --if-empty --if-unused   # refused while it has messages or consumers\n"
                "  spark-flow why events                     # the stage that holds its producers\n"
                "  spark-flow serve --port 9108              # Prometheus /metrics and the console at /\n"
+               "  spark-flow doctor events                  # this deployment checked as spark-flow uses it\n"
                "  spark-flow --home s3a://bucket/flow --properties-file conf/object-storage.conf status")
     parser.add_argument("--home", default=os.environ.get(HOME_ENV),
                         help=f"the control plane's location ({HOME_CONF}); default ${HOME_ENV}")
@@ -118,6 +119,10 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--token-file", metavar="FILE",
                        help=f"a file holding the token actions need (or ${TOKEN_ENV}); needed with --bind elsewhere")
 
+    doctor = commands.add_parser("doctor", help="check this deployment as spark-flow uses it (starts Spark): "
+                                                "versions, jars, storage from the driver and the executors, the home")
+    doctor.add_argument("queues", nargs="*", metavar="QUEUE", help="queues to read too (a registered name or a path)")
+
     plot = commands.add_parser("plot", help="PNG of depth against the thresholds over time, stopped intervals shaded")
     plot.add_argument("queue")
     plot.add_argument("--subscription", default="default")
@@ -129,7 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; errors print one line naming what was wrong and return 2.
 
     Run as the ``spark-flow`` script (no ``argv``), it ends the process itself with that
-    status (0 done, 1 storage failed, 2 refused) through :func:`~spark_flow.session.exit_process`: an interpreter
+    status (0 done, 1 storage failed or a doctor check did, 2 refused) through :func:`~spark_flow.session.exit_process`: an interpreter
     that used deltalake can abort at exit (delta-io/delta-rs#2184), which would turn either
     status into 134, and scripts and schedulers read it.
     """
@@ -151,12 +156,19 @@ def _main(argv: Sequence[str] | None) -> int:
         if not args.home:
             raise ConfigurationError("--home", None, f"the control plane's location, or set ${HOME_ENV}")
         conf = {**read_properties(args.properties_file), **as_conf(_pairs(args.storage, secret=True))}
+        if args.command == "doctor":
+            return _doctor(args.home, args.queues, conf)
         _run(FlowAdmin(args.home, storage_options(conf)), args, conf)
+    except StorageAccessError as error:
+        print(f"spark-flow {args.command}: error: {error}", file=sys.stderr)
+        return 1
     except SparkFlowError as error:
         print(f"spark-flow {args.command}: error: {error}", file=sys.stderr)
         return 2
-    except OSError as error:  # storage refused or unreachable (deltalake's errors name no credential)
-        print(f"spark-flow {args.command}: error: cannot read {args.home}: {one_line(error)}", file=sys.stderr)
+    except OSError as error:  # storage refused or unreachable: named when it says what is missing
+        named = access_error(args.home, storage_options(conf), error)
+        print(f"spark-flow {args.command}: error: {named or f'cannot read {args.home}: {one_line(error)}'}",
+              file=sys.stderr)
         return 1
     return 0
 
@@ -250,6 +262,18 @@ def _declare(admin: FlowAdmin, queue: str, schema: str | None, settings: dict[st
     handle = declare(spark, queue, schema, settings=settings)
     admin.registry.register(handle.name, handle.path)
     print(f"queue {handle.name!r} at {handle.path}: {handle.settings().thresholds}")
+
+
+def _doctor(home: str, queues: Sequence[str], conf: dict[str, str]) -> int:
+    from spark_flow.doctor import report, run_checks
+    from spark_flow.session import get_spark, is_connect
+
+    spark = get_spark({**conf, HOME_CONF: home})
+    if not is_connect(spark):  # a Connect server's log is the server's
+        spark.sparkContext.setLogLevel("ERROR")
+    where = "a Spark Connect server" if is_connect(spark) else spark.conf.get("spark.master", None)
+    print(f"spark-flow doctor: home {home}, Spark on {where}", flush=True)
+    return report(run_checks(spark, home, queues), lambda line: print(line, flush=True))
 
 
 def _pairs(items: Sequence[str], secret: bool = False) -> dict[str, str]:

@@ -30,7 +30,7 @@ from spark_flow.keys import check_conf, conf_settings, session_flow_conf
 from spark_flow.names import normalize_path
 from spark_flow.observation import FlowControlDataSource
 from spark_flow.queue import open_queue
-from spark_flow.storage import as_conf, session_storage_options
+from spark_flow.storage import as_conf, check_access, session_storage_options
 from spark_flow.units import parse_duration
 
 if TYPE_CHECKING:
@@ -83,6 +83,7 @@ def start_controller(
         log.warning("the controller judges every queue with the settings recorded with it; its own Spark conf's "
                     "queue settings are not used: %s (spark-flow set changes a queue's)", ", ".join(ignored))
     storage = session_storage_options(spark)
+    check_access(home, storage)  # before Spark writes the checkpoint: this Python reads the home too
     registry = Registry(home, storage)
     for queue in queues:
         handle = open_queue(queue_location(spark, queue), storage)

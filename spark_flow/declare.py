@@ -26,7 +26,7 @@ from spark_flow.ledger import METADATA_KEY
 from spark_flow.names import QueueRef, normalize_path, queue_ref
 from spark_flow.queue import CATALOG_TABLE, HOME_PROPERTY, PURGE_APP_ID, QUEUE_NAME, STATE_LOCATION, Queue, open_queue
 from spark_flow.runtime_settings import RUNTIME_SETTINGS_FOLDER, RuntimeSettings
-from spark_flow.storage import session_storage_options
+from spark_flow.storage import check_access, session_storage_options
 from spark_flow.subscriptions import DEFAULT_SUBSCRIPTION
 from spark_flow.tables import retry_commit, spark_sql_string
 
@@ -98,6 +98,9 @@ def declare(
     detail = _detail(spark, ref)
     at = _state_location(state_location, conf, ref.name)
     home = normalize_path(conf[HOME_CONF]) if conf.get(HOME_CONF) else None
+    for location in (home, ref.path, state_location):  # deltalake reaches them before Spark creates anything
+        if location:
+            check_access(location, storage)
     if home:
         record_home_conf(open_home(home, storage), conf)  # a bad home limit fails before the queue is made
     if detail is not None:

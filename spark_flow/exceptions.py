@@ -206,3 +206,16 @@ class DeadLetterLimitError(SparkFlowError):
             f"messages, is failing: fix it, then restart the query, which goes on where it stopped). "
             f"Last error: {error}"
         )
+
+
+class StorageAccessError(SparkFlowError, OSError):
+    """Thrown when this Python process's ``deltalake`` cannot reach a location or is refused
+    there, before spark-flow writes anything: names the location, what is missing and where to
+    give it (Spark's own credentials may stay in its JVM, out of Python's reach). An ``OSError``,
+    as the storage failure it names."""
+
+    def __init__(self, location: str, missing: str, fix: str) -> None:
+        self.location = location
+        self.missing = missing
+        self.fix = fix
+        super().__init__(f"cannot use {location} from this Python process: {missing}; {fix}")

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import TypeVar, cast
 
 from spark_flow.names import normalize_path
+from spark_flow.storage import named_access_errors
 
 T = TypeVar("T")
 
@@ -31,7 +32,8 @@ def shared(kind: str, location: str, storage_options: Mapping[str, str] | None,
     with _LOCK:
         found = _OPEN.get(key)
     if found is None:
-        handle = open_handle(key[1], options)
+        with named_access_errors(key[1], options):  # the first look at a location says what it lacks
+            handle = open_handle(key[1], options)
         with _LOCK:
             found = _OPEN.setdefault(key, handle)
     return cast(T, found)  # stored here under its kind by this function

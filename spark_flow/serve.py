@@ -33,7 +33,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from spark_flow.admin import FlowAdmin
 from spark_flow.console import act, chart, overview, why
-from spark_flow.exceptions import ConfigurationError, SparkFlowError, one_line
+from spark_flow.exceptions import ConfigurationError, SparkFlowError, StorageAccessError, one_line
 from spark_flow.metrics import CONTENT_TYPE, exposition
 from spark_flow.view import HomeView, look
 
@@ -190,6 +190,8 @@ class _Handler(BaseHTTPRequestHandler):
             if url.path == "/api/why":
                 view, _ = self.server.looker.look()
                 return self._json(HTTPStatus.OK, why(view, query.get("queue", "")))
+        except StorageAccessError as error:  # storage unreachable, or refused, named
+            return self._unavailable(error)
         except SparkFlowError as error:
             return self._json(HTTPStatus.BAD_REQUEST, {"error": str(error)})
         except Exception as error:  # storage unreachable, or refused: one line, as the CLI says it
@@ -217,6 +219,8 @@ class _Handler(BaseHTTPRequestHandler):
                 done = act(self.server.admin, request)
         except json.JSONDecodeError as error:
             return self._json(HTTPStatus.BAD_REQUEST, {"error": f"the request is not JSON: {error.msg}"})
+        except StorageAccessError as error:
+            return self._unavailable(error)
         except SparkFlowError as error:
             return self._json(HTTPStatus.BAD_REQUEST, {"error": str(error)})
         except Exception as error:

@@ -8,6 +8,11 @@ any option explicitly (it wins). The options are passed to every ``deltalake`` c
 workers in the source's options, to the CLI from a properties file or ``--storage-option``.
 A message shows a secret's value only as ``***`` (:func:`secret_shown`).
 
+Spark's credentials need not be Python's: a Hadoop credential provider, an instance profile
+or Unity Catalog's vended credentials reach the engine's JVM only (Databricks standard and
+serverless compute run Python in a sandbox). So a ``deltalake`` failure to reach storage is
+named here (:func:`access_error`): what this process lacks and which setting gives it.
+
 deltalake has no call that removes files (a deleted queue's table and state): pyarrow's file
 systems do, reached with the same options (:func:`file_system`), on local paths, S3, ABFS and GCS.
 deltalake's own file system handler was not enough: on S3 it leaves the directory markers
@@ -20,10 +25,11 @@ import json
 import os
 import posixpath
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from spark_flow.exceptions import ConfigurationError
+from spark_flow.exceptions import ConfigurationError, StorageAccessError, one_line
 from spark_flow.names import normalize_path
 
 if TYPE_CHECKING:
@@ -280,3 +286,92 @@ def remove_location(location: str, options: Mapping[str, str]) -> None:
                     raise
         elif kind == FileType.File:
             files.delete_file(path)
+
+
+#: Per storage: the deltalake options (and environment variables) that give credentials, and
+#: the settings that give them to every spark-flow process.
+_CREDENTIALS = {
+    "s3": (("aws_access_key_id", "access_key_id", "aws_profile", "profile", "aws_web_identity_token_file",
+            "aws_container_credentials_relative_uri", "aws_skip_signature", "skip_signature"),
+           ("AWS_ACCESS_KEY_ID", "AWS_PROFILE", "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI"),
+           "S3", f"{STORAGE_PREFIX}aws_access_key_id and {STORAGE_PREFIX}aws_secret_access_key (or "
+                 "spark.hadoop.fs.s3a.access.key and .secret.key)"),
+    "azure": (("azure_storage_account_key", "azure_storage_access_key", "account_key", "access_key",
+               "azure_storage_sas_key", "azure_storage_sas_token", "sas_key", "sas_token", "azure_client_secret",
+               "client_secret", "azure_storage_token", "bearer_token", "azure_federated_token_file",
+               "azure_use_azure_cli", "azure_storage_use_emulator", "use_emulator", "azure_skip_signature"),
+              ("AZURE_STORAGE_ACCOUNT_KEY", "AZURE_STORAGE_SAS_KEY", "AZURE_CLIENT_SECRET", "AZURE_FEDERATED_TOKEN_FILE"),
+              "Azure", f"{STORAGE_PREFIX}azure_storage_account_key (or spark.hadoop.fs.azure.account.key."
+                       "<account>.dfs.core.windows.net), or a service principal's azure_client_id, "
+                       "azure_client_secret and azure_tenant_id"),
+    "gs": (("google_service_account", "google_service_account_path", "service_account", "google_service_account_key",
+            "service_account_key", "google_application_credentials", "google_skip_signature"),
+           ("GOOGLE_SERVICE_ACCOUNT", "GOOGLE_SERVICE_ACCOUNT_KEY", "GOOGLE_APPLICATION_CREDENTIALS"),
+           "GCS", f"{STORAGE_PREFIX}google_service_account (a key file) or "
+                  f"{STORAGE_PREFIX}google_service_account_key"),
+}
+_SCHEMES = {"s3": "s3", "s3a": "s3", "s3n": "s3", "abfs": "azure", "abfss": "azure", "az": "azure", "azure": "azure",
+            "gs": "gs"}
+#: Where a sandboxed Python gets credentials the engine has: said with every missing credential.
+WHERE_TO_GIVE = ("in the Spark conf the session starts with (on Databricks from a secret: "
+                 "{{secrets/<scope>/<key>}} in the cluster's or job's Spark config). Spark's own credentials "
+                 "(a Hadoop credential provider, an instance profile, Unity Catalog's vended credentials) "
+                 "stay in its JVM and do not reach Python (Databricks standard and serverless compute)")
+_NO_INSTANCE_CREDENTIALS = re.compile(r"169\.254\.169\.254|/latest/api/token|/latest/meta-data|/metadata/identity|"
+                                      r"computeMetadata|credential", re.I)
+_REFUSED = re.compile(r"\b(403|401)\b|Forbidden|AccessDenied|InvalidAccessKeyId|SignatureDoesNotMatch|"
+                      r"AuthorizationFailure|AuthenticationFailed|lacked the necessary privileges", re.I)
+_UNREACHABLE = re.compile(r"Connection refused|tcp connect error|dns error|error sending request|timed out|"
+                          r"No route to host|Name or service not known", re.I)
+
+
+def access_error(location: str, options: Mapping[str, str], error: BaseException) -> StorageAccessError | None:
+    """What a ``deltalake`` failure at ``location`` says this process lacks (credentials, the
+    right ones, a reachable endpoint), as a :class:`StorageAccessError` naming the settings that
+    give it; None when it is none of these (a local path, another failure)."""
+    kind = _SCHEMES.get(location.partition("://")[0].lower()) if "://" in location else None
+    if kind is None:
+        return None
+    names, variables, what, settings = _CREDENTIALS[kind]
+    text = one_line(error)
+    has_credentials = any(options.get(name) for name in names) or any(os.environ.get(v) for v in variables)
+    if not has_credentials and (_NO_INSTANCE_CREDENTIALS.search(text) or _REFUSED.search(text)):
+        return StorageAccessError(location, f"deltalake has no {what} credentials here (its storage options give "
+                                  "none, nor do the environment and instance metadata)",
+                                  f"give them as {settings}, {WHERE_TO_GIVE}")
+    if _REFUSED.search(text):
+        code = next(iter(re.findall(r"InvalidAccessKeyId|SignatureDoesNotMatch|AccessDenied|Forbidden", text)), "403")
+        return StorageAccessError(location, f"the storage refused this process's {what} credentials ({code})",
+                                  f"check {settings}")
+    if _UNREACHABLE.search(text):
+        endpoint = next(iter(re.findall(r"(https?://[^/\s]+)", text)), "its endpoint")
+        setting = {"s3": "spark.hadoop.fs.s3a.endpoint (or spark.flow.storage.aws_endpoint_url)",
+                   "azure": "spark.hadoop.fs.azure.abfs.endpoint (or spark.flow.storage.azure_storage_endpoint)",
+                   "gs": "spark.flow.storage.google_base_url"}[kind]
+        return StorageAccessError(location, f"deltalake cannot connect to {endpoint}",
+                                  f"check {setting}, and that this machine reaches it")
+    return None
+
+
+@contextmanager
+def named_access_errors(location: str, options: Mapping[str, str]) -> Iterator[None]:
+    """Turn a ``deltalake`` failure to reach ``location`` into the :class:`StorageAccessError`
+    that names what is missing (:func:`access_error`); other errors pass as they are."""
+    try:
+        yield
+    except StorageAccessError:  # named already, where it was first seen
+        raise
+    except OSError as error:
+        named = access_error(location, options, error)
+        if named is None:
+            raise
+        raise named from None
+
+
+def check_access(location: str, options: Mapping[str, str]) -> None:
+    """Look at ``location`` with ``deltalake`` once (a read, nothing written): a process that
+    cannot reach it fails here, before it writes anything, with what it lacks."""
+    from deltalake import DeltaTable
+
+    with named_access_errors(location, options):
+        DeltaTable.is_deltatable(normalize_path(location), storage_options=dict(options) or None)

@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from spark_flow.exceptions import ConfigurationError, QueueNotFoundError
-from spark_flow.storage import remove_location
+from spark_flow.storage import named_access_errors, remove_location
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -204,8 +204,10 @@ class RecordTable:
 
         if self._table is not None:
             self._table.update_incremental()
-        elif DeltaTable.is_deltatable(self.location, storage_options=self.storage_options or None):
-            self._table = DeltaTable(self.location, storage_options=self.storage_options or None)
+        else:
+            with named_access_errors(self.location, self.storage_options):
+                if DeltaTable.is_deltatable(self.location, storage_options=self.storage_options or None):
+                    self._table = DeltaTable(self.location, storage_options=self.storage_options or None)
         return self._table
 
     def rows(self, columns: list[str] | None = None) -> list[dict[str, Any]]:

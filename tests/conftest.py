@@ -13,6 +13,7 @@ import sys
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -112,7 +113,7 @@ def _archive_classes(archive: Path, quiet: str) -> None:
 
 #: Fixtures that start servers (processes of their own): a test that uses one is marked ``processes``.
 SERVERS = {"spark_connect", "connect_session", "spark_cluster", "s3_server", "azurite_server", "gcs_server",
-           "yarn_cluster"}
+           "yarn_cluster", "governed_connect"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -224,6 +225,46 @@ def no_query_outlives_its_module() -> Iterator[None]:
     for query in spark.streams.active if spark is not None else []:
         print(f"\nstopping query {query.name or query.id}, left running by a test module")
         query.stop()
+
+
+@dataclass(frozen=True)
+class Governed:
+    """A Spark Connect server whose engine alone holds the storage's credentials: its ``url``,
+    the S3 ``endpoint`` (bucket ``flow``), the engine's ``key`` and ``secret`` (for the test's
+    own checks), the object store conf without them (what a client or the CLI is given) and the
+    environment its Python and a client's run with (instance metadata refusing)."""
+
+    url: str
+    endpoint: str
+    key: str
+    secret: str
+    conf: dict[str, str]
+    env: dict[str, str]
+
+
+@pytest.fixture(scope="session")
+def governed_connect(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Governed]:
+    """Governed compute, as Databricks standard and serverless compute are: an S3 server that
+    refuses unsigned requests, and a Spark Connect server whose JVM reaches it with keys from a
+    Hadoop credential store (in no Spark conf, no environment, nothing Python reads as storage
+    options) while its Python workers, like a sandbox's, have no credentials and no instance
+    metadata."""
+    from servers import (
+        hadoop_credential_store,
+        refusing_http_server,
+        signed_s3_server,
+        spark_connect_server,
+    )
+    from stores import OBJECT_STORAGE_CONF, s3_conf
+
+    base = tmp_path_factory.mktemp("governed")
+    with signed_s3_server(base / "s3.log", "flow") as (endpoint, key, secret), refusing_http_server() as metadata:
+        conf = {k: v for k, v in s3_conf(endpoint).items() if not k.endswith((".access.key", ".secret.key"))}
+        store = hadoop_credential_store(base / "s3.jceks", {"fs.s3a.access.key": key, "fs.s3a.secret.key": secret})
+        env = {"AWS_METADATA_ENDPOINT": metadata}
+        server = {**conf, "spark.hadoop.hadoop.security.credential.provider.path": store}
+        with spark_connect_server(base / "connect.log", properties=OBJECT_STORAGE_CONF, conf=server, env=env) as url:
+            yield Governed(url, endpoint, key, secret, conf, env)
 
 
 @pytest.fixture(scope="session")

@@ -88,6 +88,71 @@ def create_bucket(endpoint: str, bucket: str) -> None:
 
 
 @contextmanager
+def signed_s3_server(log: Path, bucket: str, timeout: float = 60) -> Iterator[tuple[str, str, str]]:
+    """An S3 API (moto) that refuses every request not signed with its one user's key (moto's
+    IAM enforcement after the three calls that make that user), with ``bucket``; yields its URL,
+    the access key id and the secret key."""
+    import boto3
+
+    port = free_port()
+    with _server([str(MOTO_SERVER), "-H", "127.0.0.1", "-p", str(port)], port, log, "the signed S3 server", timeout,
+                 stop_timeout=3, env={**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "3"}):
+        endpoint = f"http://127.0.0.1:{port}"
+        iam = boto3.client("iam", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="setup",
+                           aws_secret_access_key="setup")
+        iam.create_user(UserName="engine")
+        iam.put_user_policy(UserName="engine", PolicyName="all", PolicyDocument=json.dumps(
+            {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}))
+        key = iam.create_access_key(UserName="engine")["AccessKey"]
+        boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id=key["AccessKeyId"],
+                     aws_secret_access_key=key["SecretAccessKey"]).create_bucket(Bucket=bucket)
+        yield endpoint, key["AccessKeyId"], key["SecretAccessKey"]
+
+
+@contextmanager
+def refusing_http_server() -> Iterator[str]:
+    """An HTTP server (a thread of this process) that answers 403 to every request: instance
+    metadata as a sandbox's network refuses it, so a Python without credentials learns at once
+    that it has none. Yields its URL."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from threading import Thread
+
+    class Refuse(BaseHTTPRequestHandler):
+        def _refuse(self) -> None:
+            self.send_response(403)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        do_GET = do_PUT = _refuse
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Refuse)
+    Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def hadoop_credential_store(path: Path, secrets: dict[str, str]) -> str:
+    """A Hadoop credential store (JCEKS) at ``path`` holding ``secrets`` (Hadoop key -> value),
+    made with Hadoop's ``CredentialShell`` from the pip-installed PySpark's jars; its provider URL
+    (``hadoop.security.credential.provider.path``). A JVM that is given it reads the secrets
+    through ``Configuration.getPassword``; they are in no Spark conf and no environment."""
+    import pyspark
+
+    jars = str(Path(pyspark.__file__).parent / "jars" / "*")
+    provider = f"jceks://file{path}"
+    for key, value in secrets.items():
+        subprocess.run(["java", "-cp", jars, "org.apache.hadoop.security.alias.CredentialShell", "create", key,
+                        "-value", value, "-provider", provider], check=True, capture_output=True, timeout=60)
+    return provider
+
+
+@contextmanager
 def azurite_blob_server(location: Path, log: Path, timeout: float = 60) -> Iterator[str]:
     """Azure Blob storage (Azurite) on a loopback port, its data in ``location``; yields the
     development account's blob endpoint (``http://127.0.0.1:<port>/devstoreaccount1``)."""
@@ -153,15 +218,17 @@ def gcs_connector(cache: Path, version: str = GCS_CONNECTOR_VERSION) -> Path:
 
 
 @contextmanager
-def spark_connect_server(log: Path, timeout: float = 240) -> Iterator[str]:
+def spark_connect_server(log: Path, timeout: float = 240, properties: Path = ROOT / "conf" / "spark-defaults.conf",
+                         conf: dict[str, str] | None = None, env: dict[str, str] | None = None) -> Iterator[str]:
     """A Spark Connect server on a loopback port, with Delta and this checkout's spark_flow on its
     Python workers' path (foreachBatch functions and Python data sources run there); yields its
-    ``sc://`` URL."""
+    ``sc://`` URL. ``properties``, ``conf`` and ``env`` add to its own."""
     port = free_port()
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONPATH": str(ROOT),
-           "SPARK_CONF_DIR": str(ROOT / "conf")}  # its log4j2.properties: warnings and errors only
+           "SPARK_CONF_DIR": str(ROOT / "conf"), **(env or {})}  # its log4j2.properties: warnings and errors only
+    extra = [part for key, value in (conf or {}).items() for part in ("--conf", f"{key}={value}")]
     command = [str(SPARK_SUBMIT), "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
-               "--properties-file", str(ROOT / "conf" / "spark-defaults.conf"),
+               "--properties-file", str(properties), *extra,
                "--conf", "spark.master=local[2]", "--conf", "spark.ui.enabled=false",
                "--conf", "spark.sql.shuffle.partitions=2", "--conf", "spark.databricks.delta.snapshotPartitions=1",
                "--conf", "spark.sql.streaming.stopTimeout=60s", "--conf", f"spark.pyspark.python={sys.executable}",
