@@ -255,8 +255,13 @@ def test_readme_monitoring_block_as_written(tmp_path: Path) -> None:
         wait_until(lambda: http(f"{prometheus}/-/ready")[0] == 200, 60)
         held = 'spark_flow_producers_held{queue="events"}'
         wait_until(lambda: [r["value"][1] for r in instant(prometheus, held)] == ["1"], 60)  # its first scrape
-        rules = json.loads(http(f"{prometheus}/api/v1/rules")[1])["data"]["groups"][0]["rules"]
-        assert len(rules) == 9 and {r["health"] for r in rules} == {"ok"}
+
+        def rules() -> list[dict[str, object]]:
+            return json.loads(http(f"{prometheus}/api/v1/rules")[1])["data"]["groups"][0]["rules"]
+
+        # health "unknown" until the group's first evaluation, up to an evaluation_interval (15 s) after the start
+        wait_until(lambda: {r["health"] for r in rules()} != {"unknown"}, 60)
+        assert len(rules()) == 9 and {r["health"] for r in rules()} == {"ok"}
     finally:
         for process in started:
             os.killpg(process.pid, 15)

@@ -102,7 +102,7 @@ def test_readme_walkthrough_as_written(tmp_path: Path) -> None:
     # The producer runs long enough for the consumer to drain it under resume and for it to go
     # on (the consumer starts about 10 s after the hold); each run counts from its query's start.
     jobs = [walk.start(controller, "--run-seconds", "600"),
-            walk.start(producer, "--run-seconds", "55")]
+            walk.start(producer, "--run-seconds", "65")]
     try:
         admin = FlowAdmin(str(home))
 
@@ -117,7 +117,7 @@ def test_readme_walkthrough_as_written(tmp_path: Path) -> None:
         assert (held["flow_stopped"], held["flow_stopped_count"], held["producers_held"]) == (True, 1, True)
         assert 500 < held["depth_count"] <= 700
 
-        drained = walk.run(consumer, "--run-seconds", "20")
+        drained = walk.run(consumer, "--run-seconds", "30")
         assert drained.returncode == 0, failure(drained)
         made = finish(jobs[1], 300)
         assert made.returncode == 0, failure(made)

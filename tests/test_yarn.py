@@ -35,8 +35,12 @@ README_ROOT, README_CONF, README_PYTHON = "hdfs://namenode:8020/flow", "/etc/had
 def yarn_conf() -> dict[str, str]:
     """Client-mode applications as small as the node manager's room for three at once: an
     application master and one executor each. Spark's jars are on the cluster's one node
-    already (``local:``), so only the Delta package and PySpark's zips are uploaded."""
-    return {"spark.master": "yarn", "spark.submit.deployMode": "client",
+    already (``local:``), so only the Delta package and PySpark's zips are uploaded. A
+    container's environment is YARN's, not the suite's: its JVMs get the suite's options (the
+    client compiler only, see ``conftest.JIT``) through the application's settings."""
+    options = {f"spark.{env}.JDK_JAVA_OPTIONS": os.environ["JDK_JAVA_OPTIONS"]
+               for env in ("yarn.appMasterEnv", "executorEnv") if "JDK_JAVA_OPTIONS" in os.environ}
+    return {**options, "spark.master": "yarn", "spark.submit.deployMode": "client",
             "spark.yarn.jars": f"local:{Path(pyspark.__file__).parent / 'jars'}/*",
             "spark.executor.instances": "1", "spark.executor.cores": "1", "spark.executor.memory": "512m",
             "spark.yarn.am.memory": "384m", "spark.pyspark.python": sys.executable,
