@@ -347,7 +347,7 @@ def access_error(location: str, options: Mapping[str, str], error: BaseException
         endpoint = next(iter(re.findall(r"(https?://[^/\s]+)", text)), "its endpoint")
         setting = {"s3": "spark.hadoop.fs.s3a.endpoint (or spark.flow.storage.aws_endpoint_url)",
                    "azure": "spark.hadoop.fs.azure.abfs.endpoint (or spark.flow.storage.azure_storage_endpoint)",
-                   "gs": "spark.flow.storage.google_base_url"}[kind]
+                   "gs": "spark.hadoop.fs.gs.storage.root.url (an emulator's; GCS itself needs none)"}[kind]
         return StorageAccessError(location, f"deltalake cannot connect to {endpoint}",
                                   f"check {setting}, and that this machine reaches it")
     return None

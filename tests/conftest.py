@@ -37,7 +37,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     """Have every JVM of the suite map one class-data archive (AppCDS) of Spark's classes, and
     every Python worker Spark starts import PySpark compiled.
 
-    The suite starts about 25 JVMs (its session, spark-submit jobs, the kill -9 trials' processes);
+    The suite starts about 45 JVMs (its sessions, spark-submit jobs, the kill -9 trials' processes, YARN containers);
     with the archive a JVM's start and first Delta write take about 10 s instead of 17 s on 2 cores.
     The archive is made once per Spark version, by running the producer job for a few seconds
     (about 50 s), and kept in pytest's cache. ``JDK_JAVA_OPTIONS`` reaches every ``java`` started
