@@ -147,7 +147,7 @@ class Gate:
         if started or self.producer.on_full != "hold" or settings.producers_stopped:
             status = self.observe()
             if status.stopped:
-                status, held = self.wait(is_active)
+                status, held = self.wait(status, is_active)
                 if status.stopped:
                     raise HoldInterruptedError(f"query stopped while held by queue {status.queue!r} in mid-batch; "
                                                "the rest of the batch is enqueued when the query restarts")
@@ -186,15 +186,17 @@ class Gate:
         status and the seconds held; :meth:`holds` says whether the status still holds it."""
         status = self.observe()
         if self.holds(status):
-            return self.wait(is_active)
+            return self.wait(status, is_active)
         return status, 0.0
 
     def holds(self, status: GateStatus) -> bool:
         """Whether ``status`` keeps this producer's written batch from completing."""
         return status.stopped and self.producer.on_full == "hold"
 
-    def wait(self, is_active: Callable[[], bool] = lambda: True) -> tuple[GateStatus, float]:
-        """Return once the queue is not flow-stopped, as the producer's ``onFull`` says.
+    def wait(self, status: GateStatus, is_active: Callable[[], bool] = lambda: True) -> tuple[GateStatus, float]:
+        """Return once the queue is not flow-stopped, as the producer's ``onFull`` says, from
+        ``status``: the caller's look that found it stopped (looking again first would lose a
+        hold that ends in between, and report a stopped queue as never held).
 
         ``hold`` polls with a backoff up to ``pollInterval``; ``reject`` raises at once;
         ``reject-after`` raises after ``rejectTimeout``. Returns the last status and the
@@ -202,7 +204,6 @@ class Gate:
         query is being stopped): the caller decides what that means for its batch.
         """
         producer = self.producer
-        status = self.observe()
         if not status.stopped:
             return status, 0.0
         if producer.on_full == "reject":

@@ -123,10 +123,11 @@ def test_queue_is_stopped_while_any_subscription_is_and_dropping_it_releases(
     assert status.depth == Depth(11, 0), "the deepest subscription"
     assert {name: s.flow_stopped for name, s in status.states.items()} == {"audit": True, "default": False}
     with pytest.raises(QueueFullError, match=r"queue 'q' refused the batch: flow-stopped, onFull reject \(depth 11 messages"):
-        Gate(queue, ProducerSettings(on_full="reject")).wait()
+        rejecting = Gate(queue, ProducerSettings(on_full="reject"))
+        rejecting.wait(rejecting.observe())
 
     queue.drop_subscription("audit")
-    status, held = gate.wait()
+    status, held = gate.wait(gate.observe())
     assert not status.stopped and held == 0.0
     assert list(status.depths) == ["default"]
     assert [(s.name, s.flow_stopped, s.flow_stopped_count) for s in queue.subscriptions.list()] == [("default", False, 1)]
@@ -140,7 +141,7 @@ def test_wait_holds_until_a_consumer_acknowledges_or_the_query_stops(spark: Spar
     latest = append(path, range(4))
     gate = Gate(queue, ProducerSettings(poll_interval=0.1))
 
-    status, held = gate.wait(is_active=lambda: False)
+    status, held = gate.wait(gate.observe(), is_active=lambda: False)
     assert status.stopped and held < 1
 
     def consume() -> None:
@@ -149,7 +150,7 @@ def test_wait_holds_until_a_consumer_acknowledges_or_the_query_stops(spark: Spar
 
     consumer = threading.Thread(target=consume)
     consumer.start()
-    status, held = gate.wait()
+    status, held = gate.wait(gate.observe())
     consumer.join()
     assert not status.stopped and status.depth.count == 0
     assert 0.4 <= held < 5
