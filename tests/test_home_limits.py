@@ -135,4 +135,5 @@ def test_a_gate_of_a_home_without_limits_reads_no_other_queue(spark: SparkSessio
     assert other.ledger.reads == reads, "no new commit, nothing read again"
     with pytest.raises(QueueFullError, match=r"home .* flow-stopped by its home-wide limits, onFull reject "
                                              r"\(depth 3 messages.*stop 2 messages"):
-        Gate(queue_a, ProducerSettings(on_full="reject")).wait()
+        rejecting = Gate(queue_a, ProducerSettings(on_full="reject"))
+        rejecting.wait(rejecting.observe())
