@@ -21,6 +21,7 @@ from deltalake import DeltaTable
 from processes import ROOT, failure, progress, spark_submit
 from servers import yarn_applications
 from stores import Store
+from streams import wait_until
 from test_object_storage import check_consumer, check_controller
 from test_readme import BIN, bash_blocks
 
@@ -78,10 +79,11 @@ def test_jobs_on_yarn_with_queue_home_and_checkpoints_on_hdfs(yarn_cluster: tupl
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     # A second application on the same queue, once the first declared it (two applications
     # creating one Delta table at once: one of them fails, as Delta's own commits do).
-    deadline = time.monotonic() + 180
-    while not _exists(path, store):
-        assert first.poll() is None and time.monotonic() < deadline, failure(finish(first))
-        time.sleep(0.5)
+    def declared() -> bool:
+        assert first.poll() is None, failure(finish(first))
+        return _exists(path, store)
+
+    wait_until(declared, 180, interval=0.5)
     second = start_job("producer", "--queue", path, "--name", "p2", "--rate", "40", *options, "--run-seconds", "12",
                        conf=conf, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     runs = [finish(first)]
@@ -110,10 +112,11 @@ def test_jobs_on_yarn_with_queue_home_and_checkpoints_on_hdfs(yarn_cluster: tupl
         assert "Exception in task" not in run.stderr, failure(run)
     # Five applications of the cluster's resource manager, each ended well (the last one's
     # application master unregisters a moment after its driver ended).
-    deadline = time.monotonic() + 30
-    while (apps := [app for app in yarn_applications(conf_dir) if int(str(app["startedTime"])) >= started]) and \
-            any(app["state"] != "FINISHED" for app in apps) and time.monotonic() < deadline:
-        time.sleep(0.5)
+    def applications() -> list[dict[str, object]]:
+        return [app for app in yarn_applications(conf_dir) if int(str(app["startedTime"])) >= started]
+
+    wait_until(lambda: all(app["state"] == "FINISHED" for app in applications()), 30, interval=0.5)
+    apps = applications()
     assert sorted((app["state"], app["finalStatus"]) for app in apps) == [("FINISHED", "SUCCEEDED")] * 5, apps
 
 
