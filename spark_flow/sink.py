@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping
+from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -122,18 +123,21 @@ class QueueSink:
         if app_id is None:
             raise ConfigurationError("app_id", None, "a stable id for batches written outside a streaming query")
         context = BatchContext(app_id, batch_id, query, still_active(query))
-        with cached(batch) as batch:
-            parts = self._route(batch)
-            gates = {dest: self._gate(spark, dest) for dest in parts}
-            self._record_downstream(query, gates)
-            context.held = dict.fromkeys((gate.queue.path for gate in gates.values()), 0.0)
-            context.throttled = dict(context.held)
-            rows = self._check(parts, gates)
-            measured = {dest: self._measured(part, gates[dest], context) for dest, part in rows.items()}
-            self._refuse_before_writing(gates, measured, context)
-            enqueued = {dest: self._enqueue(part, dest, gates[dest], measured[dest], context)
-                        for dest, part in rows.items()}
-        self._hold(context, gates, enqueued)
+        with ExitStack() as named:
+            with cached(batch) as batch:
+                parts = self._route(batch)
+                gates = {dest: self._gate(spark, dest) for dest in parts}
+                for gate in gates.values():  # a deletion racing any step below fails the batch naming the queue
+                    named.enter_context(gate.queue.owner.failing_as_gone())
+                self._record_downstream(query, gates)
+                context.held = dict.fromkeys((gate.queue.path for gate in gates.values()), 0.0)
+                context.throttled = dict(context.held)
+                rows = self._check(parts, gates)
+                measured = {dest: self._measured(part, gates[dest], context) for dest, part in rows.items()}
+                self._refuse_before_writing(gates, measured, context)
+                enqueued = {dest: self._enqueue(part, dest, gates[dest], measured[dest], context)
+                            for dest, part in rows.items()}
+            self._hold(context, gates, enqueued)
 
     def _gate(self, spark: SparkSession, dest: str) -> Gate:
         """The gate of a destination, made at its first batch with its writer: the producer's

@@ -277,6 +277,10 @@ class FlowQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         run. Acknowledging in ``commit`` alone would leave the last batch's messages in the
         depth while no new message arrives, and a producer held by them would wait forever.
         """
+        with self._queue.owner.failing_as_gone():  # a deletion racing a look fails naming the queue
+            return self._latest_offset(start, limit)
+
+    def _latest_offset(self, start: Offset, limit: ReadLimit) -> Offset:
         queue, name = self._queue, self.settings.subscription
         self._reader = start.get("reader", self._reader)
         self._claim()

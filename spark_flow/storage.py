@@ -21,10 +21,12 @@ Hadoop's S3A writes (keys ending in ``/``), on a local disk the empty directorie
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import posixpath
 import re
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -37,6 +39,8 @@ if TYPE_CHECKING:
 
 STORAGE_PREFIX = "spark.flow.storage."
 HADOOP_PREFIX = "spark.hadoop."
+#: How many times a removal walks a directory that a writer changes under it.
+_WALKS = 10
 _KEY = re.compile(r"^[a-z][a-z0-9_]*$")
 _SECRET = re.compile(r"secret|key|token|password|sas|signature|credential", re.I)
 
@@ -272,20 +276,26 @@ def remove_location(location: str, options: Mapping[str, str]) -> None:
     marks a directory with an empty blob of its own name, which pyarrow takes for a file: once
     it is removed, the directory's blobs are. pyarrow's GCS file system removes a directory's
     objects, then its marker object (``<path>/``), and fails if there was none (deltalake writes
-    none): the directory is gone all the same."""
+    none): the directory is gone all the same. A writer at work in the directory (a producer's
+    write job: Hadoop's committer makes and removes its ``_temporary`` folder) removes or adds
+    entries under the walk: the walk starts again, a few times, while the directory is there."""
     from pyarrow.fs import FileType
 
     files, path = file_system(location, options)
-    for _marker_then_directory in range(2):
-        kind = files.get_file_info(path).type
-        if kind == FileType.Directory:
-            try:
-                files.delete_dir(path)
-            except FileNotFoundError:
-                if files.get_file_info(path).type != FileType.NotFound:
-                    raise
-        elif kind == FileType.File:
+    walks = 0
+    while (kind := files.get_file_info(path).type) != FileType.NotFound:
+        if kind == FileType.File:
             files.delete_file(path)
+            continue
+        try:
+            files.delete_dir(path)
+        except OSError as error:
+            walks += 1
+            if files.get_file_info(path).type == FileType.NotFound:
+                return
+            if walks >= _WALKS or error.errno not in (errno.ENOENT, errno.ENOTEMPTY):
+                raise
+            time.sleep(0.01 * walks)
 
 
 #: Per storage: the deltalake options (and environment variables) that give credentials, and

@@ -18,7 +18,7 @@ import contextlib
 import io
 import json
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -166,6 +166,20 @@ class Owner:
         """Raise :class:`QueueNotFoundError` naming the queue once its table is gone."""
         if not self.exists():
             raise self.gone()
+
+    @contextlib.contextmanager
+    def failing_as_gone(self) -> Iterator[None]:
+        """A failure while the queue's table is gone is its deletion, whatever step it hit (a
+        deltalake read of a log being removed fails ``File not found``): raised as
+        :class:`QueueNotFoundError` naming the queue. Looks only when something failed."""
+        try:
+            yield
+        except QueueNotFoundError:
+            raise
+        except Exception as error:
+            if self.exists():
+                raise
+            raise self.gone() from error
 
     def gone(self) -> QueueNotFoundError:
         return QueueNotFoundError(self.queue, f"its table at {self.path} is gone (deleted, dropped, or its "
