@@ -116,9 +116,11 @@ SERVERS = {"spark_connect", "connect_session", "spark_cluster", "s3_server", "az
            "yarn_cluster", "governed_connect"}
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups: after it, none was ever made
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark what the tiers need: ``spark`` on every test that uses the suite's session, and
-    ``processes`` on every test that uses a server (directly or through an object ``store``)."""
+    ``processes`` on every test that uses a server (directly or through an object ``store``).
+    The ``processes`` tests are one xdist group: one at a time, on one worker."""
     for item in items:
         names = set(getattr(item, "fixturenames", ()))
         if "spark" in names:

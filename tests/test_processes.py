@@ -45,3 +45,13 @@ def test_two_producer_processes_counts_and_depth_exact(spark: SparkSession, tmp_
     depth = queue.depths()["default"]
     assert depth.count == 2 * batches * rows
     assert depth.size == 2 * batches * rows * (8 + 2)  # a long id and a two-byte producer name
+
+
+@pytest.mark.processes
+def test_the_processes_tests_are_one_xdist_group(request: pytest.FixtureRequest) -> None:
+    """Under ``make test`` (``--dist loadgroup``) the ``processes`` tests run one at a time on one
+    worker: their node ids carry the group. pytest 9.2 dropped it without a word
+    (pytest-xdist#1386), and two multi-process cases at once made timed waits fail."""
+    if not getattr(request.config.option, "loadgroup", False):  # set in xdist's workers
+        pytest.skip("runs under --dist loadgroup (make test)")
+    assert request.node.nodeid.endswith("@processes"), request.node.nodeid
