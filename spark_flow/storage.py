@@ -39,7 +39,8 @@ if TYPE_CHECKING:
 
 STORAGE_PREFIX = "spark.flow.storage."
 HADOOP_PREFIX = "spark.hadoop."
-#: How many times a removal walks a directory that a writer changes under it.
+#: How many looks a removal takes at most: a marker blob, then its directory, which a writer may
+#: change under the walk.
 _WALKS = 10
 _KEY = re.compile(r"^[a-z][a-z0-9_]*$")
 _SECRET = re.compile(r"secret|key|token|password|sas|signature|credential", re.I)
@@ -282,20 +283,21 @@ def remove_location(location: str, options: Mapping[str, str]) -> None:
     from pyarrow.fs import FileType
 
     files, path = file_system(location, options)
-    walks = 0
-    while (kind := files.get_file_info(path).type) != FileType.NotFound:
+    for walk in range(1, _WALKS + 1):
+        kind = files.get_file_info(path).type
+        if kind == FileType.NotFound:
+            return
         if kind == FileType.File:
             files.delete_file(path)
             continue
         try:
             files.delete_dir(path)
         except OSError as error:
-            walks += 1
             if files.get_file_info(path).type == FileType.NotFound:
                 return
-            if walks >= _WALKS or error.errno not in (errno.ENOENT, errno.ENOTEMPTY):
+            if walk == _WALKS or error.errno not in (errno.ENOENT, errno.ENOTEMPTY):
                 raise
-            time.sleep(0.01 * walks)
+            time.sleep(0.01 * walk)
 
 
 #: Per storage: the deltalake options (and environment variables) that give credentials, and
