@@ -15,7 +15,6 @@ import shutil
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -269,8 +268,12 @@ def test_a_directory_is_removed_while_a_writer_adds_and_removes_files_in_it(tmp_
     the writer, finding the table gone after its job, removes what it left as the sink does."""
     table = tmp_path / "orders"
 
+    at_work = threading.Event()
+
     def commit_jobs() -> None:  # Hadoop's FileOutputCommitter: a task's file, moved up, its folder removed
         for job in itertools.count():
+            if job == 2:
+                at_work.set()
             if not (table / "_delta_log").exists():
                 return
             with contextlib.suppress(OSError):  # the deletion removed the folders under it
@@ -285,10 +288,11 @@ def test_a_directory_is_removed_while_a_writer_adds_and_removes_files_in_it(tmp_
 
     for _ in range(20):
         (table / "_delta_log").mkdir(parents=True)
+        at_work.clear()
         writer = threading.Thread(target=commit_jobs)
         writer.start()
         try:
-            time.sleep(0.02)
+            assert at_work.wait(10), "the writer made no job folder"
             remove_location(str(table / "_delta_log"), {})
             remove_location(str(table), {})
         finally:
