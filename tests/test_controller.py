@@ -14,7 +14,7 @@ from pyspark.sql import SparkSession
 from streams import is_held, spark_conf, start_consumer, start_producer, status_of, wait_for_looks, wait_until
 
 from spark_flow.admin import FlowAdmin
-from spark_flow.controller import start_controller
+from spark_flow.controller import start_controller, stop_between_batches
 from spark_flow.declare import declare
 from spark_flow.exceptions import ConfigurationError, QueueNotFoundError, UnknownKeyError
 from spark_flow.queue import Queue
@@ -62,6 +62,27 @@ def test_restart_from_checkpoint_keeps_flow_state_and_count_exact(spark: SparkSe
     assert [r["flow_stopped_count"] for r in queue.history.read()] == [1, 1, 2]
     chart = admin.plot("q", tmp_path / "q.png")
     assert chart.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_controller_whose_batches_follow_each_other_stops_after_the_one_running(
+        spark: SparkSession, tmp_path: Path) -> None:
+    """A controller whose looks take longer than its trigger interval (a busy machine, many
+    queues) runs its batches back to back: there is never a moment with none running. The stop
+    waits for the batch running to end, not for a pause that never comes (it waited out its
+    whole timeout, 30 s, some 50 batches more), and the query ends without an error."""
+    home, path = str(tmp_path / "home"), str(tmp_path / "q")
+    declare(spark, path, SCHEMA)
+    FlowAdmin(home).register(path)
+    controller = start_controller(spark, home, checkpoint_location=str(tmp_path / "controller"),
+                                  trigger="10 milliseconds")
+    try:
+        wait_until(lambda: controller.lastProgress is not None and controller.lastProgress["batchId"] >= 2, 60)
+        called_at = controller.lastProgress["batchId"]
+        stop_between_batches(controller)
+    finally:
+        controller.stop()
+    assert not controller.isActive and controller.exception() is None
+    assert controller.lastProgress["batchId"] <= called_at + 2, "the stop waited for batches after the one running"
 
 
 @pytest.fixture(scope="module")
