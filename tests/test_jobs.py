@@ -40,7 +40,7 @@ def properties(path: Path) -> dict[str, str]:
                   "--delay-per-message", "--rows-per-second", "--trigger", "--checkpoint", "--run-seconds",
                   "--until-empty"]),
 ])
-@pytest.mark.processes
+@pytest.mark.short_processes
 def test_help_documents_every_option(job: str, options: list[str]) -> None:
     result = subprocess.run([sys.executable, str(JOBS / f"{job}.py"), "--help"], capture_output=True, text=True,
                             timeout=120, check=False)
@@ -50,7 +50,7 @@ def test_help_documents_every_option(job: str, options: list[str]) -> None:
     assert "examples:" in result.stdout and "spark-submit" in result.stdout
 
 
-@pytest.mark.processes
+@pytest.mark.short_processes
 def test_bad_option_names_it(tmp_path: Path) -> None:
     result = subprocess.run([sys.executable, str(JOBS / "producer.py"), "--queue", str(tmp_path / "q"),
                              "--rate", "fast"], capture_output=True, text=True, timeout=120, check=False)
@@ -64,7 +64,7 @@ def test_bad_option_names_it(tmp_path: Path) -> None:
     (["--max-bytes-per-trigger", "lots"], "argument --max-bytes-per-trigger: 'lots' is not a size"),
     (["--max-trigger-delay", "5s"], "argument --max-trigger-delay: needs --min-records-per-trigger"),
 ])
-@pytest.mark.processes
+@pytest.mark.short_processes
 def test_bad_read_limit_names_it(tmp_path: Path, args: list[str], message: str) -> None:
     """The consumer's read limits are checked before a session starts."""
     result = subprocess.run([sys.executable, str(JOBS / "consumer.py"), "--queue", str(tmp_path / "q"),
