@@ -103,7 +103,7 @@ def stop_between_batches(query: StreamingQuery, timeout: float = 30.0) -> None:
     (waiting at most ``timeout`` seconds). A stop in mid-batch interrupts the state store's
     tasks, which Spark logs as errors (harmless: the batch is redone at restart). Batches
     longer than the trigger interval follow each other with no pause between them: the stop
-    then lands as the next one starts, before its tasks."""
+    then lands as the next one starts, mostly before its tasks run."""
     deadline = time.monotonic() + timeout
     running = _batch_id(query)
     while (query.isActive and query.status["isTriggerActive"] and _batch_id(query) == running

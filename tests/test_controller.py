@@ -69,7 +69,7 @@ def test_a_controller_whose_batches_follow_each_other_stops_after_the_one_runnin
     """A controller whose looks take longer than its trigger interval (a busy machine, many
     queues) runs its batches back to back: there is never a moment with none running. The stop
     waits for the batch running to end, not for a pause that never comes (it waited out its
-    whole timeout, 30 s, some 50 batches more), and the query ends without an error."""
+    whole timeout, 30 s: 71 batches more here), and the query ends without an error."""
     home, path = str(tmp_path / "home"), str(tmp_path / "q")
     declare(spark, path, SCHEMA)
     FlowAdmin(home).register(path)
