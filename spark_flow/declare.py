@@ -97,10 +97,10 @@ def declare(
     wanted = _columns_of(schema)
     at = _state_location(state_location, conf, ref.name)
     home = normalize_path(conf[HOME_CONF]) if conf.get(HOME_CONF) else None
-    for location in (home, ref.path, state_location):  # deltalake reaches them before Spark creates anything
+    for location in (home, state_location):  # deltalake reaches them before Spark creates anything
         if location:
             check_access(location, storage)
-    detail = _detail(spark, ref, storage)
+    detail = _detail(spark, ref, storage)  # a path's look is its access check too
     if home:
         record_home_conf(open_home(home, storage), conf)  # a bad home limit fails before the queue is made
     if detail is not None:
@@ -158,7 +158,7 @@ def _create(spark: SparkSession, ref: QueueRef, wanted: StructType | None, prope
     spark.sql(f"CREATE TABLE IF NOT EXISTS {ref.sql} ({wanted.toDDL()}) USING delta "
               f"TBLPROPERTIES ({_sql_properties(created)})")
     if ref.path is not None:  # no DESCRIBE DETAIL: half the time of declaring a new queue
-        if not _is_delta(ref.path, storage):  # IF NOT EXISTS took the files at the path for a table
+        if not check_access(ref.path, storage):  # IF NOT EXISTS took the files at the path for a table
             raise QueueNotFoundError(ref.path, "the path holds files that are not a Delta table; "
                                                "declare a queue on an empty path or on a Delta table")
         location, recorded = ref.path, {STATE_LOCATION: state_location(ref.path)}
@@ -201,21 +201,15 @@ def _columns(schema: StructType) -> list[tuple[str, str]]:
     return [(f.name, f.dataType.simpleString()) for f in schema.fields]
 
 
-def _is_delta(path: str, storage: Mapping[str, str]) -> bool:
-    from deltalake import DeltaTable
-
-    return DeltaTable.is_deltatable(path, storage_options=dict(storage) or None)
-
-
 def _detail(spark: SparkSession, ref: QueueRef, storage: Mapping[str, str]) -> dict[str, Any] | None:
     """Delta's ``DESCRIBE DETAIL`` of the queue's table (its location and properties), None if
-    there is no Delta table there (for a path, told by ``deltalake``: no Spark job). SQL, so it
-    is the same with a classic and a Connect session."""
+    there is no Delta table there (for a path, told by :func:`check_access`'s ``deltalake``
+    look: no Spark job). SQL, so it is the same with a classic and a Connect session."""
     from pyspark.errors import AnalysisException
 
     if ref.table is not None and not spark.catalog.tableExists(ref.table):
         return None
-    if ref.path is not None and not _is_delta(ref.path, storage):
+    if ref.path is not None and not check_access(ref.path, storage):
         return None
     try:
         row = spark.sql(f"DESCRIBE DETAIL {ref.sql}").first()

@@ -380,10 +380,11 @@ def named_access_errors(location: str, options: Mapping[str, str]) -> Iterator[N
         raise named from None
 
 
-def check_access(location: str, options: Mapping[str, str]) -> None:
+def check_access(location: str, options: Mapping[str, str]) -> bool:
     """Look at ``location`` with ``deltalake`` once (a read, nothing written): a process that
-    cannot reach it fails here, before it writes anything, with what it lacks."""
+    cannot reach it fails here, before it writes anything, with what it lacks. Returns whether
+    a Delta table is there."""
     from deltalake import DeltaTable
 
     with named_access_errors(location, options):
-        DeltaTable.is_deltatable(normalize_path(location), storage_options=dict(options) or None)
+        return DeltaTable.is_deltatable(normalize_path(location), storage_options=dict(options) or None)
