@@ -13,6 +13,8 @@ fail with :class:`~spark_flow.exceptions.QueueNotFoundError`, the listener goes 
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
 import threading
 from collections.abc import Iterable, Mapping
@@ -42,6 +44,29 @@ log = logging.getLogger("spark_flow.listener")
 
 _LOOK_BACK = 16  # commits read per step when a queue is first looked at
 _KEEP_MS = 600_000  # commits of queries with no event here (other applications) are dropped after
+_connect_listeners: set[FlowProgressListener] = set()  # added to a Connect session, not closed yet
+
+
+def close_connect_listeners() -> None:
+    """Close every listener added to a Spark Connect session and not closed yet. Run when a
+    client's script ends, and by :func:`~spark_flow.session.exit_process` before it stops the
+    session: a listener stream that stop cuts makes PySpark's listener thread warn
+    ("StreamingQueryListenerBus Handler thread received exception") in a job that did nothing
+    wrong."""
+    for listener in list(_connect_listeners):
+        listener.close()
+
+
+@functools.cache
+def _close_connect_listeners_at_exit() -> None:
+    """Have :func:`close_connect_listeners` run when the script ends. Python joins non-daemon
+    threads (PySpark's listener thread is one) before ``atexit`` functions run, so it goes in
+    the list of ``threading``'s own exit calls, run before that join (where
+    ``concurrent.futures`` stops its workers)."""
+    register = getattr(threading, "_register_atexit", None)
+    if register is not None:
+        with contextlib.suppress(RuntimeError):  # added while the interpreter shuts down: nothing to wait for
+            register(close_connect_listeners)
 
 
 @dataclass(frozen=True)
@@ -110,7 +135,6 @@ class FlowProgressListener(StreamingQueryListener):
         self._seen: dict[str, int] = {}  # by queue path: the newest version looked at
         self._commits: dict[str, list[Commit]] = {}  # by queue path: sink commits not yet reported
         self._gone: set[str] = set()  # queue paths found gone, logged once
-        self._closes_at_exit = False
 
     def close(self) -> None:
         """Stop listening: remove the listener from its session's queries. Under Spark Connect
@@ -119,23 +143,17 @@ class FlowProgressListener(StreamingQueryListener):
         thread at the end). spark-flow calls it for you when a Connect client's script ends."""
         from pyspark.sql import SparkSession
 
+        _connect_listeners.discard(self)
         spark = self.spark or SparkSession.getActiveSession()
         if spark is not None and not getattr(spark, "is_stopped", False):
             spark.streams.removeListener(self)
 
     def _set_spark_session(self, session: Any) -> None:
         """PySpark's hook when the listener is added under Spark Connect (``addListener``): have
-        :meth:`close` run when the client's script ends. Python joins non-daemon threads before
-        ``atexit`` functions run, so it goes in the list of ``threading``'s own exit calls, run
-        before that join (where ``concurrent.futures`` stops its workers)."""
+        :meth:`close` run when the client's script or job ends."""
         super()._set_spark_session(session)
-        register = getattr(threading, "_register_atexit", None)
-        if register is not None and not self._closes_at_exit:
-            try:
-                register(self.close)
-                self._closes_at_exit = True
-            except RuntimeError:  # added while the interpreter shuts down: nothing to wait for
-                pass
+        _connect_listeners.add(self)
+        _close_connect_listeners_at_exit()
 
     def onQueryStarted(self, event: QueryStartedEvent) -> None:
         """Nothing is known before the first batch."""

@@ -168,7 +168,8 @@ def _submitted_conf() -> dict[str, str]:
 
 
 def exit_process(status: int = 0) -> NoReturn:
-    """End a driver process (a job, a script) with ``status``, its SparkSession stopped first.
+    """End a driver process (a job, a script) with ``status``, its SparkSession stopped first
+    (under Connect, the flow progress listeners added to it closed before that).
 
     Leaves through ``os._exit``: at interpreter shutdown deltalake's native threads can abort
     the process ("terminate called without an active exception", delta-io/delta-rs#2184),
@@ -176,6 +177,9 @@ def exit_process(status: int = 0) -> NoReturn:
     """
     from pyspark.sql import SparkSession
 
+    from spark_flow.listener import close_connect_listeners
+
+    close_connect_listeners()
     active = SparkSession.getActiveSession()
     if active is not None:
         active.stop()
