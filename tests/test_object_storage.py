@@ -125,8 +125,10 @@ def test_jobs_on_a_standalone_cluster_with_queue_home_and_checkpoints_on_s3(
                            capture_output=True, text=True, timeout=300)
     assert first.returncode == 0, failure(first)
     assert f"stopCount={stop} resumeCount={stop}" in first.stdout, failure(first)
-    again = spark_submit("producer", "--queue", path, *options, "--run-seconds", "6",
-                         conf={**conf, "spark.flow.stopCount": str(stop)})  # goes on from the checkpoint, held
+    # Goes on from the checkpoint, held, at the README line's rate: Spark's rate source numbers
+    # a batch's rows by its seconds times rowsPerSecond, so a restart at another rate repeats ids.
+    again = spark_submit("producer", "--queue", path, "--rate", words[words.index("--rate") + 1], *options,
+                         "--run-seconds", "6", conf={**conf, "spark.flow.stopCount": str(stop)})
     queue, ids = check_held_producer(store, path, [first, again], "producer", stop, capacity)
 
     controller = check_controller(store, home, conf, queue, stop, stop, [len(ids)])
