@@ -102,7 +102,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="rate: generated messages; files: new files in --path; queue: another queue's "
                              "messages (--from-queue), as a pipeline stage")
     source.add_argument("--rate", type=positive_int, metavar="N",
-                        help=f"--source rate: messages per second (default {DEFAULT_RATE})")
+                        help=f"--source rate: messages per second (default {DEFAULT_RATE}); keep it across restarts "
+                             "from one checkpoint: Spark's rate source numbers rows by seconds x rate, so another "
+                             "rate repeats ids")
     source.add_argument("--message-size", type=size, metavar="BYTES",
                         help=f"--source rate: each message's size in bytes, units allowed: 200, 1k "
                              f"(default {DEFAULT_MESSAGE_SIZE})")
