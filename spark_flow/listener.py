@@ -37,6 +37,7 @@ from spark_flow.ledger import Commit
 from spark_flow.names import normalize_path
 from spark_flow.offsets import flowqueue_offset, offset_position
 from spark_flow.queue import Queue, open_queue
+from spark_flow.session import close_before_stop
 from spark_flow.state import FlowState
 from spark_flow.storage import session_storage_options
 
@@ -59,10 +60,12 @@ def close_connect_listeners() -> None:
 
 @functools.cache
 def _close_connect_listeners_at_exit() -> None:
-    """Have :func:`close_connect_listeners` run when the script ends. Python joins non-daemon
-    threads (PySpark's listener thread is one) before ``atexit`` functions run, so it goes in
-    the list of ``threading``'s own exit calls, run before that join (where
-    ``concurrent.futures`` stops its workers)."""
+    """Have :func:`close_connect_listeners` run when the script ends, and before
+    :func:`~spark_flow.session.exit_process` stops the session. Python joins non-daemon threads
+    (PySpark's listener thread is one) before ``atexit`` functions run, so it goes in the list
+    of ``threading``'s own exit calls, run before that join (where ``concurrent.futures`` stops
+    its workers)."""
+    close_before_stop(close_connect_listeners)
     register = getattr(threading, "_register_atexit", None)
     if register is not None:
         with contextlib.suppress(RuntimeError):  # added while the interpreter shuts down: nothing to wait for

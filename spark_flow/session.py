@@ -167,9 +167,20 @@ def _submitted_conf() -> dict[str, str]:
     return submitted
 
 
+_before_stop: list[Callable[[], None]] = []  # run by exit_process before it stops the session
+
+
+def close_before_stop(close: Callable[[], None]) -> None:
+    """Have :func:`exit_process` call ``close`` (once, however often given) before it stops the
+    session: what holds a stream to a Spark Connect server (a query listener) ends it itself,
+    rather than have the stop cut it."""
+    if close not in _before_stop:
+        _before_stop.append(close)
+
+
 def exit_process(status: int = 0) -> NoReturn:
     """End a driver process (a job, a script) with ``status``, its SparkSession stopped first
-    (under Connect, the flow progress listeners added to it closed before that).
+    (what :func:`close_before_stop` was given closed before that).
 
     Leaves through ``os._exit``: at interpreter shutdown deltalake's native threads can abort
     the process ("terminate called without an active exception", delta-io/delta-rs#2184),
@@ -177,9 +188,8 @@ def exit_process(status: int = 0) -> NoReturn:
     """
     from pyspark.sql import SparkSession
 
-    from spark_flow.listener import close_connect_listeners
-
-    close_connect_listeners()
+    for close in _before_stop:
+        close()
     active = SparkSession.getActiveSession()
     if active is not None:
         active.stop()
