@@ -11,7 +11,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import threading
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -41,38 +40,21 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     The suite starts about 45 JVMs (its sessions, spark-submit jobs, the kill -9 trials' processes, YARN containers);
     with the archive a JVM's start and first Delta write take about 10 s instead of 17 s on 2 cores.
     The archive is made once per Spark version, by running the producer job for a few seconds
-    (about 30 s, kept in pytest's cache), while the tests run: a JVM that starts before it is
-    there runs without it (``JDK_JAVA_OPTIONS``, which reaches every ``java`` started below this
-    process with :data:`JIT`, names it from the start; a JVM whose class path it does not match
-    runs without it too). ``SPARK_HOME`` (:func:`_compiled_spark_home`) reaches every Spark
-    started below it. xdist's workers inherit both from the controller, which starts them after
-    this hook.
+    (about 50 s), and kept in pytest's cache. ``JDK_JAVA_OPTIONS`` reaches every ``java`` started
+    below this process (with :data:`JIT`); a JVM whose class path the archive does not match runs
+    without it. ``SPARK_HOME`` (:func:`_compiled_spark_home`) reaches every Spark started below it.
     """
-    if getattr(session.config, "cache", None) is None or hasattr(session.config, "workerinput"):
-        return  # -p no:cacheprovider: no place to keep them; an xdist worker: set by its controller
+    if getattr(session.config, "cache", None) is None:  # -p no:cacheprovider: no place to keep it
+        return
     import pyspark
 
     os.environ["SPARK_HOME"] = str(_compiled_spark_home(session.config.cache.mkdir("spark-home")))
     archive = session.config.cache.mkdir("jvm") / f"spark-{pyspark.__version__}-compiled-home.jsa"
     quiet = "-Xlog:cds=off -Xlog:cds+dynamic=off"  # spark-class parses its launcher's stdout
     if not archive.exists():
-        making = ArchiveMaking(archive, quiet)
-        making.start()
-        session.config.stash[ARCHIVE_MAKING] = making
+        _archive_classes(archive.with_suffix(".tmp"), quiet)
+        archive.with_suffix(".tmp").rename(archive)
     os.environ["JDK_JAVA_OPTIONS"] = f"-XX:SharedArchiveFile={archive} {quiet} {JIT}"
-
-
-def pytest_sessionfinish(session: pytest.Session) -> None:
-    """Wait for the class-data archive being made (a run shorter than its making), and say so
-    if it failed: the next run makes it again."""
-    making = session.config.stash.get(ARCHIVE_MAKING, None)
-    if making is None:
-        return
-    making.join(600)
-    if making.error is not None:
-        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-        if reporter is not None:
-            reporter.write_line(f"making the class-data archive failed (the JVMs ran without it): {making.error}")
 
 
 def _compiled_spark_home(cache: Path) -> Path:
@@ -117,32 +99,16 @@ def _compiled_spark_home(cache: Path) -> Path:
     return home
 
 
-class ArchiveMaking(threading.Thread):
+def _archive_classes(archive: Path, quiet: str) -> None:
     """Run the producer job for 4 s through spark-submit, whose driver JVM writes the classes it
-    loaded to a file beside ``archive`` when it exits (spark-submit returns after that), then
-    put it in place: a JVM sees the archive whole or not at all."""
+    loaded to ``archive`` when it exits (spark-submit returns after that)."""
+    from processes import failure, spark_submit
 
-    def __init__(self, archive: Path, quiet: str) -> None:
-        super().__init__(name="class-data archive", daemon=True)
-        self.archive, self.quiet = archive, quiet
-        self.error: str | None = None
-
-    def run(self) -> None:
-        from processes import failure, spark_submit
-
-        made = self.archive.with_suffix(".tmp")
-        with tempfile.TemporaryDirectory() as queue:
-            result = spark_submit("producer", "--queue", f"{queue}/q", "--run-seconds", "4", timeout=600,
-                                  conf={"spark.driver.extraJavaOptions":
-                                        f"-Xss16m -XX:ArchiveClassesAtExit={made} {self.quiet}"},
-                                  env={"JDK_JAVA_OPTIONS": JIT})  # not the archive it makes
-        if result.returncode != 0:
-            self.error = failure(result)
-            return
-        made.rename(self.archive)
-
-
-ARCHIVE_MAKING = pytest.StashKey[ArchiveMaking]()
+    with tempfile.TemporaryDirectory() as queue:
+        result = spark_submit("producer", "--queue", f"{queue}/q", "--run-seconds", "4", timeout=600,
+                              conf={"spark.driver.extraJavaOptions": f"-Xss16m -XX:ArchiveClassesAtExit={archive} {quiet}"})
+    if result.returncode != 0:
+        raise RuntimeError(f"making the class-data archive failed: {failure(result)}")
 
 
 #: Fixtures that start servers (processes of their own): a test that uses one is marked ``processes``.
