@@ -143,7 +143,8 @@ class FlowProgressListener(StreamingQueryListener):
         """Stop listening: remove the listener from its session's queries. Under Spark Connect
         this also ends PySpark's listener thread, which is not a daemon: a client script that
         added a listener and never removed it does not exit (its interpreter waits for that
-        thread at the end). spark-flow calls it for you when a Connect client's script ends."""
+        thread at the end). spark-flow calls it for you when a Connect client's script ends, and
+        in :func:`~spark_flow.session.exit_process` before the session stops."""
         from pyspark.sql import SparkSession
 
         _connect_listeners.discard(self)

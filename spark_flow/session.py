@@ -10,6 +10,7 @@ are here.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -189,7 +190,8 @@ def exit_process(status: int = 0) -> NoReturn:
     from pyspark.sql import SparkSession
 
     for close in _before_stop:
-        close()
+        with contextlib.suppress(Exception):  # the process ends whatever a close meets (a server gone)
+            close()
     active = SparkSession.getActiveSession()
     if active is not None:
         active.stop()
