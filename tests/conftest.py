@@ -120,23 +120,18 @@ SERVERS = {"spark_connect", "connect_session", "spark_cluster", "s3_server", "az
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark what the tiers need: ``spark`` on every test that uses the suite's session, and
     ``processes`` on every test that uses a server (directly or through an object ``store``) or
-    is marked ``untimed_processes``. The ``processes`` tests are one xdist group, one at a time on
-    one worker, but for the ``untimed_processes`` ones: they start no server (a worker starts its
-    own) and nothing they assert depends on how fast the machine is, so they run beside the group
-    like any other test."""
+    is marked ``short_processes``. The ``processes`` tests are one xdist group, one at a time on
+    one worker, but for the ``short_processes`` ones: short commands that start no Spark
+    application or server and wait for no time, run beside the group like any other test."""
     for item in items:
         names = set(getattr(item, "fixturenames", ()))
         if "spark" in names:
             item.add_marker(pytest.mark.spark)
         param = getattr(getattr(item, "callspec", None), "params", {}).get("store", "local")
-        servers = names & SERVERS or param != "local"
-        untimed = item.get_closest_marker("untimed_processes") is not None
-        if untimed and servers:
-            raise pytest.UsageError(f"{item.nodeid} is marked untimed_processes but uses a server "
-                                    f"({', '.join(sorted(names & SERVERS)) or param}): each xdist worker would start its own")
-        if servers or untimed:
+        short = item.get_closest_marker("short_processes") is not None
+        if names & SERVERS or param != "local" or short:
             item.add_marker(pytest.mark.processes)
-        if item.get_closest_marker("processes") is not None and not untimed:  # one at a time: 2 cores, timed waits
+        if item.get_closest_marker("processes") is not None and not short:  # one at a time: 2 cores, timed waits
             item.add_marker(pytest.mark.xdist_group("processes"))
 
 

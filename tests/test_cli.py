@@ -99,7 +99,7 @@ def test_plot_draws_the_history(home: str, tmp_path: Path, capsys: pytest.Captur
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
 
 
-@pytest.mark.untimed_processes
+@pytest.mark.short_processes
 def test_console_script_without_home_names_the_option(tmp_path: Path) -> None:
     script = Path(sys.executable).parent / "spark-flow"
     result = subprocess.run([str(script), "status"], capture_output=True, text=True, timeout=120,
@@ -130,7 +130,7 @@ def test_unreachable_storage_is_one_line_naming_the_home_without_secrets(capsys:
     (["stop-producers", "ev*"], 2),
     (["set", "orders.eu", "stopCount=abc"], 2),
 ], ids=["subscriptions", "status", "refused-stop-producers", "refused-set"])
-@pytest.mark.untimed_processes
+@pytest.mark.short_processes
 def test_console_script_exit_status_is_the_same_every_time(home: str, argv: list[str], status: int) -> None:
     """The exit status is a contract for scripts: 0 when the command did its work, 2 when it
     refused, in each of 12 runs (deltalake's native threads must not abort the interpreter at

@@ -40,7 +40,7 @@ def properties(path: Path) -> dict[str, str]:
                   "--delay-per-message", "--rows-per-second", "--trigger", "--checkpoint", "--run-seconds",
                   "--until-empty"]),
 ])
-@pytest.mark.untimed_processes
+@pytest.mark.short_processes
 def test_help_documents_every_option(job: str, options: list[str]) -> None:
     result = subprocess.run([sys.executable, str(JOBS / f"{job}.py"), "--help"], capture_output=True, text=True,
                             timeout=120, check=False)
@@ -50,7 +50,7 @@ def test_help_documents_every_option(job: str, options: list[str]) -> None:
     assert "examples:" in result.stdout and "spark-submit" in result.stdout
 
 
-@pytest.mark.untimed_processes
+@pytest.mark.short_processes
 def test_bad_option_names_it(tmp_path: Path) -> None:
     result = subprocess.run([sys.executable, str(JOBS / "producer.py"), "--queue", str(tmp_path / "q"),
                              "--rate", "fast"], capture_output=True, text=True, timeout=120, check=False)
@@ -64,7 +64,7 @@ def test_bad_option_names_it(tmp_path: Path) -> None:
     (["--max-bytes-per-trigger", "lots"], "argument --max-bytes-per-trigger: 'lots' is not a size"),
     (["--max-trigger-delay", "5s"], "argument --max-trigger-delay: needs --min-records-per-trigger"),
 ])
-@pytest.mark.untimed_processes
+@pytest.mark.short_processes
 def test_bad_read_limit_names_it(tmp_path: Path, args: list[str], message: str) -> None:
     """The consumer's read limits are checked before a session starts."""
     result = subprocess.run([sys.executable, str(JOBS / "consumer.py"), "--queue", str(tmp_path / "q"),
@@ -74,7 +74,7 @@ def test_bad_read_limit_names_it(tmp_path: Path, args: list[str], message: str) 
     assert message in result.stderr, result.stderr
 
 
-@pytest.mark.untimed_processes
+@pytest.mark.processes
 def test_bad_flow_conf_fails_before_anything_is_written(tmp_path: Path) -> None:
     queue = tmp_path / "q"
     result = spark_submit("producer", "--queue", str(queue), "--run-seconds", "5",
@@ -135,7 +135,7 @@ def test_producer_is_held_then_the_consumer_drains_the_queue_as_spark_connect_cl
     assert queue.depth().count == 0
 
 
-@pytest.mark.untimed_processes
+@pytest.mark.processes
 def test_a_producer_paced_by_its_publish_rate_as_the_readme_runs_it(tmp_path: Path) -> None:
     """The README's "Publish quotas" line as written (its queue under a temporary folder, and
     --run-seconds so it ends): the rate source offers 100 messages a second, every write is at

@@ -45,7 +45,7 @@ def promtool(*args: str) -> subprocess.CompletedProcess[str]:
                           check=False)
 
 
-@pytest.mark.untimed_processes
+@pytest.mark.short_processes
 def test_the_rules_are_valid_and_fire_on_synthetic_series_as_their_tests_say() -> None:
     checked = promtool("check", "rules", RULES.name)
     assert checked.returncode == 0 and "SUCCESS: 9 rules found" in checked.stdout, checked.stdout + checked.stderr

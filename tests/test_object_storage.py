@@ -128,7 +128,7 @@ def test_jobs_on_a_standalone_cluster_with_queue_home_and_checkpoints_on_s3(
     # Goes on from the checkpoint, held, at the README line's rate: Spark's rate source numbers
     # a batch's rows by its seconds times rowsPerSecond, so a restart at another rate repeats ids.
     again = spark_submit("producer", "--queue", path, "--rate", words[words.index("--rate") + 1], *options,
-                         "--run-seconds", "4", conf={**conf, "spark.flow.stopCount": str(stop)})
+                         "--run-seconds", "6", conf={**conf, "spark.flow.stopCount": str(stop)})
     queue, ids = check_held_producer(store, path, [first, again], "producer", stop, capacity)
 
     controller = check_controller(store, home, conf, queue, stop, stop, [len(ids)])
@@ -162,7 +162,7 @@ def test_jobs_with_queue_home_and_checkpoints_on_abfs_and_gcs(store: Store) -> N
     runs = [spark_submit("producer", "--queue", path, "--name", "p1", "--rate", str(rate), "--capacity",
                          str(capacity), "--trigger", "500ms", "--run-seconds", run_seconds,
                          conf={**conf, "spark.flow.stopCount": str(stop), "spark.flow.resumeCount": str(resume)})
-            for run_seconds in ("12", "4")]  # the second run goes on from the first's checkpoint, held
+            for run_seconds in ("12", "6")]  # the second run goes on from the first's checkpoint, held
     for producer in runs:
         assert f"stopCount={stop} resumeCount={resume}" in producer.stdout, failure(producer)
     queue, ids = check_held_producer(store, path, runs, "p1", stop, capacity)

@@ -24,7 +24,6 @@ def write_batches(folder: Path, producer: str, batches: int, rows: int) -> None:
         (folder / f"part-{batch:04d}.json").write_text("\n".join(lines) + "\n")
 
 
-@pytest.mark.untimed_processes
 def test_two_producer_processes_counts_and_depth_exact(spark: SparkSession, tmp_path: Path) -> None:
     path = str(tmp_path / "q")
     queue = declare(spark, path, "id BIGINT, producer STRING")
@@ -56,12 +55,3 @@ def test_the_processes_tests_are_one_xdist_group(request: pytest.FixtureRequest)
     if not getattr(request.config.option, "loadgroup", False):  # set in xdist's workers
         pytest.skip("runs under --dist loadgroup (make test)")
     assert request.node.nodeid.endswith("@processes"), request.node.nodeid
-
-
-@pytest.mark.untimed_processes
-def test_an_untimed_processes_test_runs_beside_the_group(request: pytest.FixtureRequest) -> None:
-    """``untimed_processes`` tests (no server, nothing timed) are not in the group: on whichever
-    worker is free."""
-    if not getattr(request.config.option, "loadgroup", False):
-        pytest.skip("runs under --dist loadgroup (make test)")
-    assert not request.node.nodeid.endswith("@processes"), request.node.nodeid

@@ -54,7 +54,7 @@ def test_elsewhere_needs_a_token_unless_read_only() -> None:
     assert TOKEN not in repr(serve_options("/data/flow", token=TOKEN))
 
 
-@pytest.mark.untimed_processes
+@pytest.mark.short_processes
 def test_the_command_refuses_in_one_line_with_status_2(home: str, tmp_path: Path) -> None:
     for args, line in [
         (["--port", "abc"], "spark-flow serve: error: --port='abc' is not valid: allowed is a port number from 0 to 65535"),
@@ -73,7 +73,7 @@ def test_a_port_in_use_is_refused_naming_it(home: str) -> None:
         pass
 
 
-@pytest.mark.untimed_processes
+@pytest.mark.short_processes
 def test_the_command_serves_until_terminated(home: str) -> None:
     process = subprocess.Popen([str(SPARK_FLOW), "--home", home, "serve", "--port", "0"], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)

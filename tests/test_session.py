@@ -76,7 +76,7 @@ def test_spark_defaults_conf_excludes_what_get_spark_excludes() -> None:
     assert lines["spark.jars.excludes"].strip().split(",") == list(SPARK_PROVIDED)
 
 
-@pytest.mark.untimed_processes
+@pytest.mark.processes
 def test_spark_submit_settings_win_over_get_spark_defaults(tmp_path: Path) -> None:
     """Under spark-submit, ``--master`` and ``--conf`` are the session's: get_spark's local
     defaults (``local[*]``, 4 shuffle partitions) fill only what nothing set. A job submitted to a

@@ -160,7 +160,7 @@ def test_drop_removes_the_subscription(subs: SubscriptionTable) -> None:
         subs.drop("audit")
 
 
-@pytest.mark.untimed_processes
+@pytest.mark.short_processes
 def test_a_source_process_reads_and_moves_subscriptions_without_importing_pandas(subs: SubscriptionTable) -> None:
     """Spark starts a ``flowqueue`` query's source in a fresh Python process; pandas (which pyarrow
     imports to make zoned datetimes or to build arrays from Python values) would cost it 0.2-0.4 s

@@ -92,7 +92,7 @@ def test_an_unknown_queue_names_the_known_ones(tmp_path: Path) -> None:
         explain(look(home), "nope")
 
 
-@pytest.mark.untimed_processes
+@pytest.mark.short_processes
 def test_the_command_prints_one_line_per_stage(tmp_path: Path) -> None:
     home = str(tmp_path / "home")
     chain(home, ["ingest", "events", "enriched"])
