@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -36,6 +37,10 @@ if TYPE_CHECKING:
 EXIT_USAGE = 2
 #: Exit status of a job that failed while running (a query failed, a queue refused a batch).
 EXIT_FAILED = 1
+#: Exit status of a job ended by a second Ctrl-C, before its query stopped (128 + SIGINT).
+EXIT_INTERRUPTED = 130
+#: Set by Ctrl-C: the run loop stops the query between two waits.
+INTERRUPTED = threading.Event()
 #: The repository: the jobs' folder's parent, where conf/ is.
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -142,7 +147,30 @@ def start_session(app_name: str, verbose: bool, check: Callable[[dict[str, str]]
     else:  # a Connect server's log is the server's
         spark.sparkContext.setLogLevel("ERROR")
     check(session_flow_conf(spark))
+    stop_on_ctrl_c(spark)
     return spark
+
+
+def stop_on_ctrl_c(spark: SparkSession) -> None:
+    """Ctrl-C stops the job's query and ends the job, as ``--run-seconds`` does; a second one
+    ends it at once (a restart goes on from the checkpoint, as after a kill).
+
+    PySpark's own handler calls the JVM from inside the signal (``cancelAllJobs``) while the
+    main thread waits on that connection, and py4j prints both failures with their tracebacks;
+    spark-submit's driver JVM, which gets the same Ctrl-C, stops the application under the
+    query. So the driver JVM ignores Ctrl-C, as PySpark has the JVM it starts itself do, and the
+    signal only asks the run loop to stop.
+    """
+    if os.environ.get("PYSPARK_GATEWAY_PORT") and not is_connect(spark):  # spark-submit's JVM
+        jvm = spark.sparkContext._jvm
+        jvm.sun.misc.Signal.handle(jvm.sun.misc.Signal("INT"), jvm.sun.misc.SignalHandler.SIG_IGN)
+
+    def interrupted(signum: int, frame: object) -> None:
+        if INTERRUPTED.is_set():
+            os._exit(EXIT_INTERRUPTED)
+        INTERRUPTED.set()
+
+    signal.signal(signal.SIGINT, interrupted)
 
 
 def local_conf(cores: int = 2) -> dict[str, str]:
@@ -298,6 +326,10 @@ def run_query(query: StreamingQuery, run_seconds: float | None,
     started, stopped_here = time.monotonic(), False
     try:
         while query.isActive:
+            if INTERRUPTED.is_set():
+                emit("interrupted; stopping the query")
+                stopped_here = True
+                break
             if run_seconds is not None and time.monotonic() - started >= run_seconds and not keep_running():
                 stopped_here = True
                 break
@@ -305,9 +337,6 @@ def run_query(query: StreamingQuery, run_seconds: float | None,
                 query.awaitTermination(0.5)
             except Exception:
                 break  # it failed; reported below
-    except KeyboardInterrupt:
-        emit("interrupted; stopping the query")
-        stopped_here = True
     finally:
         query.stop()
     failed = None if stopped_here else query.exception()

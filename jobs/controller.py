@@ -27,7 +27,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from _common import HelpFormatter, emit, interval, main_guard, positive_float, start_session
+from _common import INTERRUPTED, HelpFormatter, emit, interval, main_guard, positive_float, start_session
 
 from spark_flow import ConfigurationError, FlowAdmin, start_controller, stop_between_batches
 from spark_flow.home import HOME_CONF
@@ -83,11 +83,12 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     try:
         while query.isActive and (args.run_seconds is None or time.monotonic() - started < args.run_seconds):
+            if INTERRUPTED.is_set():
+                emit("interrupted; stopping the controller")
+                break
             query.awaitTermination(0.5)
             report()
         report()  # an availableNow run's look, when it ended between two waits
-    except KeyboardInterrupt:
-        emit("interrupted; stopping the controller")
     finally:
         stop_between_batches(query)
 

@@ -1,6 +1,6 @@
 """The README is a test: its walkthrough's command lines run as written, each job its own
-spark-submit with its own conf (paths under a temporary folder instead of /tmp/flow, and
-``--run-seconds`` so the jobs end: shorter runs).
+spark-submit with its own conf (paths under a temporary folder instead of /tmp/flow), ended by
+Ctrl-C as in a terminal.
 
 Each spark-submit is its own JVM (marked processes); results are read back with deltalake and the CLI.
 """
@@ -13,8 +13,10 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from typing import IO
 
 import pytest
 from invariants import assert_transitions_follow_thresholds
@@ -62,9 +64,9 @@ class Walkthrough:
     def words(self, command: list[str], *more: str) -> list[str]:
         return [w.replace("/tmp/flow", str(self.base)) for w in command] + list(more)
 
-    def start(self, command: list[str], *more: str) -> subprocess.Popen[str]:
-        return subprocess.Popen(self.words(command, *more), cwd=ROOT, env=self.env, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, start_new_session=True)
+    def start(self, command: list[str], *more: str) -> Terminal:
+        return Terminal(subprocess.Popen(self.words(command, *more), cwd=ROOT, env=self.env, stdout=subprocess.PIPE,
+                                         stderr=subprocess.PIPE, text=True, start_new_session=True))
 
     def run(self, command: list[str], *more: str, timeout: float = 300,
             cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
@@ -72,13 +74,38 @@ class Walkthrough:
                               timeout=timeout, check=False)
 
 
-def finish(process: subprocess.Popen[str], timeout: float) -> subprocess.CompletedProcess[str]:
-    try:
-        out, err = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        out, err = process.communicate()
-    return subprocess.CompletedProcess(process.args, process.returncode, out, err)
+class Terminal:
+    """A job running in a terminal of its own (its process group): what it printed so far, and
+    its end by Ctrl-C (SIGINT to the group, as the terminal sends it)."""
+
+    def __init__(self, process: subprocess.Popen[str]) -> None:
+        self.process = process
+        self.out: list[str] = []
+        self.err: list[str] = []
+        self.readers = [threading.Thread(target=self._read, args=(pipe, lines), daemon=True)
+                        for pipe, lines in ((process.stdout, self.out), (process.stderr, self.err))]
+        for reader in self.readers:
+            reader.start()
+
+    @staticmethod
+    def _read(pipe: IO[str], lines: list[str]) -> None:
+        for line in pipe:
+            lines.append(line)
+
+    def stdout(self) -> str:
+        return "".join(self.out)
+
+    def ctrl_c(self, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGINT)
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+        for reader in self.readers:
+            reader.join(30)
+        return subprocess.CompletedProcess(self.process.args, self.process.returncode, self.stdout(), "".join(self.err))
 
 
 def wait_for(predicate: object, timeout: float, what: str) -> None:
@@ -94,15 +121,14 @@ def test_readme_walkthrough_as_written(tmp_path: Path) -> None:
     """The controller started with ``spark.flow.home`` only, the producer with stop 500 / resume
     300 in its own conf, then the slow consumer: the status shows 500 / 300 while the producer
     is held, one hold counts one stop however often the controller looks, every recorded stop
-    and resume keeps the thresholds, and ``flowStoppedCount`` is the number of stops. The last
-    command deletes the queue (no consumer reads it any more): its table, state and registration."""
+    and resume keeps the thresholds, and ``flowStoppedCount`` is the number of stops. The
+    controller and the producer run as written and end by Ctrl-C, the producer once it went on
+    after the hold: one line, no traceback. The last command deletes the queue (no consumer
+    reads it any more): its table, state and registration."""
     _setup, [controller], [producer], [consumer], operate = bash_blocks("Walkthrough")
     walk = Walkthrough(tmp_path)
     home, path = tmp_path / "home", tmp_path / "queues" / "events"
-    # The producer runs long enough for the consumer to drain it under resume and for it to go
-    # on (the consumer starts about 10 s after the hold); each run counts from its query's start.
-    jobs = [walk.start(controller, "--run-seconds", "600"),
-            walk.start(producer, "--run-seconds", "65")]
+    jobs = [walk.start(controller), walk.start(producer)]
     try:
         admin = FlowAdmin(str(home))
 
@@ -117,10 +143,10 @@ def test_readme_walkthrough_as_written(tmp_path: Path) -> None:
         assert (held["flow_stopped"], held["flow_stopped_count"], held["producers_held"]) == (True, 1, True)
         assert 500 < held["depth_count"] <= 700
 
-        drained = walk.run(consumer, "--run-seconds", "30")
-        assert drained.returncode == 0, failure(drained)
-        made = finish(jobs[1], 300)
-        assert made.returncode == 0, failure(made)
+        jobs.append(walk.start(consumer))
+        wait_for(lambda: any(line["held"] != "0.0s" for line in progress(jobs[1].stdout(), "producer")), 240,
+                 "the producer went on after its hold")
+        made, drained, ended = (job.ctrl_c() for job in (jobs[1], jobs[2], jobs[0]))
 
         queue = Queue(str(path))
         history, sub = queue.history.read(), queue.subscriptions.get("default")  # before the delete
@@ -134,10 +160,11 @@ def test_readme_walkthrough_as_written(tmp_path: Path) -> None:
         assert not path.exists() and not Path(queue.state_location).exists() and admin.queues() == {}
     finally:
         for job in jobs:
-            if job.poll() is None:
-                os.killpg(job.pid, signal.SIGTERM)
-            finish(job, 60)
+            job.ctrl_c(60)
 
+    for result in (made, drained, ended):  # stopped as --run-seconds stops them: a line, no traceback
+        assert result.returncode == 0 and "interrupted; stopping the" in result.stdout, failure(result)
+        assert "Traceback" not in result.stdout + result.stderr, failure(result)
     produced = progress(made.stdout, "producer")
     assert produced and max(int(line["depth"]) for line in produced) <= 700, failure(made)
     consumed = progress(drained.stdout, "consumer")
