@@ -147,22 +147,26 @@ def start_session(app_name: str, verbose: bool, check: Callable[[dict[str, str]]
     else:  # a Connect server's log is the server's
         spark.sparkContext.setLogLevel("ERROR")
     check(session_flow_conf(spark))
-    stop_on_ctrl_c(spark)
+    stop_on_ctrl_c()
     return spark
 
 
-def stop_on_ctrl_c(spark: SparkSession) -> None:
+def stop_on_ctrl_c() -> None:
     """Ctrl-C stops the job's query and ends the job, as ``--run-seconds`` does; a second one
     ends it at once (a restart goes on from the checkpoint, as after a kill).
 
     PySpark's own handler calls the JVM from inside the signal (``cancelAllJobs``) while the
     main thread waits on that connection, and py4j prints both failures with their tracebacks;
-    spark-submit's driver JVM, which gets the same Ctrl-C, stops the application under the
-    query. So the driver JVM ignores Ctrl-C, as PySpark has the JVM it starts itself do, and the
-    signal only asks the run loop to stop.
+    spark-submit's JVM (the driver, or a Connect client's launcher), which gets the same Ctrl-C,
+    stops the application under the query, or ends and takes the job's output with it. So that
+    JVM ignores Ctrl-C, as PySpark has the JVM it starts itself do, and the signal only asks the
+    run loop to stop.
     """
-    if os.environ.get("PYSPARK_GATEWAY_PORT") and not is_connect(spark):  # spark-submit's JVM
-        jvm = spark.sparkContext._jvm
+    if os.environ.get("PYSPARK_GATEWAY_PORT"):  # started by spark-submit's JVM
+        from pyspark import SparkContext
+
+        SparkContext._ensure_initialized()  # its gateway (a Connect client's too)
+        jvm = SparkContext._jvm
         jvm.sun.misc.Signal.handle(jvm.sun.misc.Signal("INT"), jvm.sun.misc.SignalHandler.SIG_IGN)
 
     def interrupted(signum: int, frame: object) -> None:

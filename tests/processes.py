@@ -1,14 +1,22 @@
 """Helpers for tests that run the jobs as processes: spark-submit (the jobs' own launcher,
-``jobs/_common.start_job``), the jobs' progress lines, and a failed run's output."""
+``jobs/_common.start_job``), a job in a terminal of its own ended by Ctrl-C, the jobs' progress
+lines, and a failed run's output."""
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import subprocess
+import threading
+from typing import IO
 
 from _common import ROOT, start_job
+from streams import wait_until
 
-__all__ = ["ROOT", "failure", "progress", "spark_submit", "warnings"]
+from spark_flow.queue import Queue
+
+__all__ = ["ROOT", "Terminal", "ctrl_c_once_held", "failure", "in_terminal", "progress", "spark_submit", "warnings"]
 
 LINE = re.compile(r"(\w+)=(\S+)")
 WARNING = re.compile(r"\b\w*Warning\b: ")
@@ -27,6 +35,64 @@ def spark_submit(job: str, *args: str, conf: dict[str, str] | None = None, remot
             process.kill()
             raise
     return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
+class Terminal:
+    """A job running in a terminal of its own (its process group): what it printed so far, and
+    its end by Ctrl-C (SIGINT to the group, as the terminal sends it)."""
+
+    def __init__(self, process: subprocess.Popen[str]) -> None:
+        self.process = process
+        self.out: list[str] = []
+        self.err: list[str] = []
+        self.readers = [threading.Thread(target=self._read, args=(pipe, lines), daemon=True)
+                        for pipe, lines in ((process.stdout, self.out), (process.stderr, self.err))]
+        for reader in self.readers:
+            reader.start()
+
+    @staticmethod
+    def _read(pipe: IO[str], lines: list[str]) -> None:
+        for line in pipe:
+            lines.append(line)
+
+    def stdout(self) -> str:
+        return "".join(self.out)
+
+    def ctrl_c(self, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGINT)
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+        for reader in self.readers:
+            reader.join(30)
+        return subprocess.CompletedProcess(self.process.args, self.process.returncode, self.stdout(), "".join(self.err))
+
+
+def in_terminal(job: str, *args: str, conf: dict[str, str] | None = None, remote: str | None = None,
+                env: dict[str, str] | None = None) -> Terminal:
+    """``jobs/<job>.py`` started as :func:`spark_submit` runs it, in a terminal of its own: a run
+    that ends when the test has seen what it waits for (:meth:`Terminal.ctrl_c`)."""
+    return Terminal(start_job(job, *args, conf=conf, remote=remote, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, start_new_session=True))
+
+
+def ctrl_c_once_held(producer: Terminal, path: str, options: dict[str, str] | None = None,
+                     timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    """Wait until ``producer``'s queue at ``path`` holds its producers (the queue's state, read
+    with ``options``), then end it by Ctrl-C: its result. A run that ends when it has shown what
+    it is for, however slow the machine."""
+    def held() -> bool:
+        assert producer.process.poll() is None, failure(producer.ctrl_c())
+        try:
+            return Queue(path, options).subscriptions.get("default").flow_stopped
+        except LookupError:  # not declared yet
+            return False
+
+    wait_until(held, timeout, interval=1)
+    return producer.ctrl_c()
 
 
 def progress(stdout: str, kind: str) -> list[dict[str, str]]:

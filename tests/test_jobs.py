@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
-from processes import ROOT, failure, progress, spark_submit, warnings
+from processes import ROOT, ctrl_c_once_held, failure, in_terminal, progress, spark_submit, warnings
 
 from spark_flow.config import QueueSettings, producer_settings, queue_settings
 from spark_flow.keys import conf_settings
@@ -92,15 +92,16 @@ def test_bad_flow_conf_fails_before_anything_is_written(tmp_path: Path) -> None:
 def test_producer_is_held_then_the_consumer_drains_the_queue_as_spark_connect_clients(
         tmp_path: Path, connect_session: Callable[[], str]) -> None:
     """The jobs as Spark Connect clients (``spark-submit --remote``), whose foreachBatch runs on
-    the server while the progress lines are printed by the job. (With their own session, the
+    the server while the progress lines are printed by the job; the producer ended by Ctrl-C once
+    held (the server's query stopped by the client, its lines printed). (With their own session, the
     same run is the README walkthrough's, and test_object_storage's on S3 and ABFS.)"""
     path, output = tmp_path / "events", tmp_path / "consumed"
 
-    producer = spark_submit(
+    producer = ctrl_c_once_held(in_terminal(
         "producer", "--queue", str(path), "--name", "p1", "--rate", str(RATE), "--capacity", str(CAPACITY),
-        "--trigger", "500ms", "--run-seconds", "12", remote=connect_session(),
-        conf={"spark.flow.stopCount": str(STOP), "spark.flow.resumeCount": str(RESUME)})
-    assert producer.returncode == 0, failure(producer)
+        "--trigger", "500ms", remote=connect_session(),
+        conf={"spark.flow.stopCount": str(STOP), "spark.flow.resumeCount": str(RESUME)}), str(path))
+    assert producer.returncode == 0 and "interrupted; stopping the query" in producer.stdout, failure(producer)
     assert not warnings(producer), failure(producer)  # what the user sees: nothing spark-flow could prevent
     assert f"stopCount={STOP} resumeCount={RESUME}" in producer.stdout, failure(producer)
     lines = progress(producer.stdout, "producer")

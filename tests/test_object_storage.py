@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
-from processes import ROOT, failure, progress, spark_submit
+from processes import ROOT, Terminal, ctrl_c_once_held, failure, in_terminal, progress, spark_submit
 from stores import Store
 from test_readme import BIN, bash_blocks
 
@@ -103,7 +103,7 @@ def check_consumer(store: Store, output: str, consumer: subprocess.CompletedProc
 def test_jobs_on_a_standalone_cluster_with_queue_home_and_checkpoints_on_s3(
         spark_cluster: tuple[str, Path], store: Store, tmp_path: Path) -> None:
     """The README's producer line (its master, a properties file with the S3 settings and the
-    home, a shorter run) held at the queue's stop 500, then restarted from its checkpoint in a
+    home), ended by Ctrl-C once held at the queue's stop 500, then restarted from its checkpoint in a
     local application; the controller; a consumer application draining the queue in batches of
     200 (``--max-bytes-per-trigger`` tighter than ``--max-records-per-trigger``). Each cluster
     application had its executor on the cluster, and no task failed there."""
@@ -121,14 +121,15 @@ def test_jobs_on_a_standalone_cluster_with_queue_home_and_checkpoints_on_s3(
     words[1:1] = [part for key, value in executors.items() for part in ("--conf", f"{key}={value}")]
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
     options = ["--capacity", str(capacity), "--trigger", "500ms"]
-    first = subprocess.run([str(BIN / words[0]), *words[1:], *options, "--run-seconds", "15"], cwd=ROOT, env=env,
-                           capture_output=True, text=True, timeout=300)
+    first = ctrl_c_once_held(Terminal(subprocess.Popen([str(BIN / words[0]), *words[1:], *options], cwd=ROOT, env=env,
+                                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                                      start_new_session=True)), path, store.options)
     assert first.returncode == 0, failure(first)
     assert f"stopCount={stop} resumeCount={stop}" in first.stdout, failure(first)
     # Goes on from the checkpoint, held, at the README line's rate: Spark's rate source numbers
     # a batch's rows by its seconds times rowsPerSecond, so a restart at another rate repeats ids.
     again = spark_submit("producer", "--queue", path, "--rate", words[words.index("--rate") + 1], *options,
-                         "--run-seconds", "6", conf={**conf, "spark.flow.stopCount": str(stop)})
+                         "--run-seconds", "4", conf={**conf, "spark.flow.stopCount": str(stop)})
     queue, ids = check_held_producer(store, path, [first, again], "producer", stop, capacity)
 
     controller = check_controller(store, home, conf, queue, stop, stop, [len(ids)])
@@ -159,10 +160,10 @@ def test_jobs_with_queue_home_and_checkpoints_on_abfs_and_gcs(store: Store) -> N
     conf = {**store.conf, "spark.flow.home": home}
     # A batch can take seconds (object storage, a busy machine): a rate that fills the queue in
     # the first batch with rows (then held between two chunks of capacity).
-    runs = [spark_submit("producer", "--queue", path, "--name", "p1", "--rate", str(rate), "--capacity",
-                         str(capacity), "--trigger", "500ms", "--run-seconds", run_seconds,
-                         conf={**conf, "spark.flow.stopCount": str(stop), "spark.flow.resumeCount": str(resume)})
-            for run_seconds in ("12", "6")]  # the second run goes on from the first's checkpoint, held
+    args = ["--queue", path, "--name", "p1", "--rate", str(rate), "--capacity", str(capacity), "--trigger", "500ms"]
+    producer_conf = {**conf, "spark.flow.stopCount": str(stop), "spark.flow.resumeCount": str(resume)}
+    first = ctrl_c_once_held(in_terminal("producer", *args, conf=producer_conf), path, store.options)
+    runs = [first, spark_submit("producer", *args, "--run-seconds", "4", conf=producer_conf)]  # from its checkpoint, held
     for producer in runs:
         assert f"stopCount={stop} resumeCount={resume}" in producer.stdout, failure(producer)
     queue, ids = check_held_producer(store, path, runs, "p1", stop, capacity)

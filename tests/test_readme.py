@@ -10,17 +10,14 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
-from typing import IO
 
 import pytest
 from invariants import assert_transitions_follow_thresholds
-from processes import ROOT, failure, progress
+from processes import ROOT, Terminal, failure, progress
 from pyspark.sql import SparkSession
 from streams import wait_for_looks
 
@@ -72,40 +69,6 @@ class Walkthrough:
             cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
         return subprocess.run(self.words(command, *more), cwd=cwd, env=self.env, capture_output=True, text=True,
                               timeout=timeout, check=False)
-
-
-class Terminal:
-    """A job running in a terminal of its own (its process group): what it printed so far, and
-    its end by Ctrl-C (SIGINT to the group, as the terminal sends it)."""
-
-    def __init__(self, process: subprocess.Popen[str]) -> None:
-        self.process = process
-        self.out: list[str] = []
-        self.err: list[str] = []
-        self.readers = [threading.Thread(target=self._read, args=(pipe, lines), daemon=True)
-                        for pipe, lines in ((process.stdout, self.out), (process.stderr, self.err))]
-        for reader in self.readers:
-            reader.start()
-
-    @staticmethod
-    def _read(pipe: IO[str], lines: list[str]) -> None:
-        for line in pipe:
-            lines.append(line)
-
-    def stdout(self) -> str:
-        return "".join(self.out)
-
-    def ctrl_c(self, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGINT)
-        try:
-            self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait()
-        for reader in self.readers:
-            reader.join(30)
-        return subprocess.CompletedProcess(self.process.args, self.process.returncode, self.stdout(), "".join(self.err))
 
 
 def wait_for(predicate: object, timeout: float, what: str) -> None:
