@@ -9,6 +9,7 @@ import re
 import signal
 import subprocess
 import threading
+from collections.abc import Callable
 from typing import IO
 
 from _common import ROOT, start_job
@@ -58,6 +59,16 @@ class Terminal:
     def stdout(self) -> str:
         return "".join(self.out)
 
+    def ctrl_c_once(self, seen: Callable[[], bool], timeout: float = 240) -> subprocess.CompletedProcess[str]:
+        """Wait until ``seen()`` (the job still running), then end it by Ctrl-C: a run that ends
+        when it has shown what it is for, however slow the machine."""
+        def running_and_seen() -> bool:
+            assert self.process.poll() is None, failure(self.ctrl_c())
+            return seen()
+
+        wait_until(running_and_seen, timeout, interval=0.5)
+        return self.ctrl_c()
+
     def ctrl_c(self, timeout: float = 120) -> subprocess.CompletedProcess[str]:
         if self.process.poll() is None:
             os.killpg(self.process.pid, signal.SIGINT)
@@ -79,20 +90,16 @@ def in_terminal(job: str, *args: str, conf: dict[str, str] | None = None, remote
                               stderr=subprocess.PIPE, text=True, start_new_session=True))
 
 
-def ctrl_c_once_held(producer: Terminal, path: str, options: dict[str, str] | None = None,
-                     timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    """Wait until ``producer``'s queue at ``path`` holds its producers (the queue's state, read
-    with ``options``), then end it by Ctrl-C: its result. A run that ends when it has shown what
-    it is for, however slow the machine."""
+def ctrl_c_once_held(producer: Terminal, path: str, options: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """End ``producer`` by Ctrl-C once its queue at ``path`` holds its producers (the queue's
+    state, read with ``options``): its result."""
     def held() -> bool:
-        assert producer.process.poll() is None, failure(producer.ctrl_c())
         try:
             return Queue(path, options).subscriptions.get("default").flow_stopped
         except LookupError:  # not declared yet
             return False
 
-    wait_until(held, timeout, interval=1)
-    return producer.ctrl_c()
+    return producer.ctrl_c_once(held)
 
 
 def progress(stdout: str, kind: str) -> list[dict[str, str]]:

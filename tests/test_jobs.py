@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
-from processes import ROOT, ctrl_c_once_held, failure, in_terminal, progress, spark_submit, warnings
+from processes import ROOT, Terminal, ctrl_c_once_held, failure, in_terminal, progress, spark_submit, warnings
 
 from spark_flow.config import QueueSettings, producer_settings, queue_settings
 from spark_flow.keys import conf_settings
@@ -138,20 +138,26 @@ def test_producer_is_held_then_the_consumer_drains_the_queue_as_spark_connect_cl
 
 @pytest.mark.processes
 def test_a_producer_paced_by_its_publish_rate_as_the_readme_runs_it(tmp_path: Path) -> None:
-    """The README's "Publish quotas" line as written (its queue under a temporary folder, and
-    --run-seconds so it ends): the rate source offers 100 messages a second, every write is at
-    most one second of the quota of 20, and each batch's line says how long its writes waited."""
+    """The README's "Publish quotas" line as written (its queue under a temporary folder), ended
+    by Ctrl-C once a line shows a wait: the rate source offers 100 messages a second, every
+    write is at most one second of the quota of 20, and each batch's line says how long its
+    writes waited."""
     from test_readme import BIN, bash_blocks
 
     [[line]] = bash_blocks("The flow controller, status and operator commands")
     words = [word.replace("/tmp/flow", str(tmp_path)) for word in line]
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
-    result = subprocess.run([str(BIN / words[0]), *words[1:], "--run-seconds", "12"], cwd=ROOT, env=env,
-                            capture_output=True, text=True, timeout=300, check=False)
+    job = Terminal(subprocess.Popen([str(BIN / words[0]), *words[1:]], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True, start_new_session=True))
+
+    def throttled(stdout: str) -> bool:
+        lines = [line for line in progress(stdout, "producer") if line["enqueued"] != "partial"]
+        return any(float(line["throttled"].rstrip("s")) > 0 and line["held"] == "0.0s" for line in lines)
+
+    result = job.ctrl_c_once(lambda: throttled(job.stdout()))
     assert result.returncode == 0, failure(result)
     assert "msgPublishRate=20 bytePublishRate=0" in result.stdout, failure(result)
-    lines = [line for line in progress(result.stdout, "producer") if line["enqueued"] != "partial"]
-    assert any(float(line["throttled"].rstrip("s")) > 0 and line["held"] == "0.0s" for line in lines), failure(result)
+    assert throttled(result.stdout), failure(result)
     commits = [c.count for c in Queue(str(tmp_path / "queues" / "paced")).ledger.commits(-1) if c.count]
     assert commits and max(commits) <= 20
 

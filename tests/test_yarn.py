@@ -18,7 +18,7 @@ import pyspark
 import pytest
 from _common import start_job
 from deltalake import DeltaTable
-from processes import ROOT, failure, progress, spark_submit
+from processes import ROOT, Terminal, ctrl_c_once_held, failure, progress, spark_submit
 from servers import yarn_applications
 from stores import Store
 from streams import wait_until
@@ -56,8 +56,8 @@ def finish(process: subprocess.Popen[str], timeout: float = 300) -> subprocess.C
 
 
 def test_jobs_on_yarn_with_queue_home_and_checkpoints_on_hdfs(yarn_cluster: tuple[str, Path], tmp_path: Path) -> None:
-    """The README's YARN producer line (p1, stop 100 / resume 50), p2 once p1 declared the queue,
-    p1 again from its checkpoint while p2 runs, and the controller meanwhile; the consumer in
+    """The README's YARN producer line (p1, stop 100 / resume 50; ended by Ctrl-C once the queue
+    holds it), p2 once p1 declared the queue, p1 again from its checkpoint while p2 runs, and the controller meanwhile; the consumer in
     batches of 50 (``--max-bytes-per-trigger 5000``, 100-byte messages); the README's
     ``spark-flow`` lines."""
     hdfs, conf_dir = yarn_cluster
@@ -74,19 +74,20 @@ def test_jobs_on_yarn_with_queue_home_and_checkpoints_on_hdfs(yarn_cluster: tupl
     assert export == ["export", f"HADOOP_CONF_DIR={README_CONF}"]
     words = [word.replace(README_ROOT, store.root).replace(README_PYTHON, sys.executable) for word in producer]
     words[1:1] = [part for key, value in yarn_conf().items() for part in ("--conf", f"{key}={value}")]
-    first = subprocess.Popen([str(BIN / words[0]), *words[1:], *options, "--run-seconds", "10"], cwd=ROOT,
-                             env={**os.environ, **env, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable},
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = Terminal(subprocess.Popen([str(BIN / words[0]), *words[1:], *options], cwd=ROOT,
+                                      env={**os.environ, **env, "PYSPARK_PYTHON": sys.executable,
+                                           "PYSPARK_DRIVER_PYTHON": sys.executable},
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True))
     # A second application on the same queue, once the first declared it (two applications
     # creating one Delta table at once: one of them fails, as Delta's own commits do).
     def declared() -> bool:
-        assert first.poll() is None, failure(finish(first))
+        assert first.process.poll() is None, failure(first.ctrl_c())
         return _exists(path, store)
 
     wait_until(declared, 180, interval=0.5)
     second = start_job("producer", "--queue", path, "--name", "p2", "--rate", "40", *options, "--run-seconds", "12",
                        conf=conf, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    runs = [finish(first)]
+    runs = [ctrl_c_once_held(first, path, store.options)]  # the README's line, ended by Ctrl-C once held
     # p1 again while p2 runs: it goes on from its checkpoint, held
     again = start_job("producer", "--queue", path, "--name", "p1", "--rate", "40", *options, "--run-seconds", "4",
                       conf=conf, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
