@@ -74,6 +74,19 @@ def test_bad_read_limit_names_it(tmp_path: Path, args: list[str], message: str) 
     assert message in result.stderr, result.stderr
 
 
+@pytest.mark.short_processes
+def test_ctrl_c_asks_the_run_loop_to_stop_and_a_second_one_ends_the_job_at_once() -> None:
+    """The README's walkthrough, step 5: the first Ctrl-C only asks (the run loop stops the
+    query: the walkthrough's jobs show it); a second, while a stop hangs, ends the job with 130."""
+    script = ("import os, signal, _common; _common.stop_on_ctrl_c(); os.kill(os.getpid(), signal.SIGINT); "
+              "print('asked', _common.INTERRUPTED.is_set(), flush=True); os.kill(os.getpid(), signal.SIGINT); "
+              "print('not ended')")
+    env = {key: value for key, value in os.environ.items() if key != "PYSPARK_GATEWAY_PORT"}  # no spark-submit JVM
+    result = subprocess.run([sys.executable, "-c", script], cwd=JOBS, env=env, capture_output=True, text=True,
+                            timeout=120, check=False)
+    assert (result.returncode, result.stdout) == (130, "asked True\n"), failure(result)
+
+
 @pytest.mark.processes
 def test_bad_flow_conf_fails_before_anything_is_written(tmp_path: Path) -> None:
     queue = tmp_path / "q"
