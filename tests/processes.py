@@ -70,6 +70,8 @@ class Terminal:
         return self.ctrl_c()
 
     def ctrl_c(self, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        """Ctrl-C (unless it ended already), then its result; killed if it has not ended within
+        ``timeout`` seconds."""
         if self.process.poll() is None:
             os.killpg(self.process.pid, signal.SIGINT)
         try:

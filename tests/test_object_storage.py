@@ -103,10 +103,10 @@ def check_consumer(store: Store, output: str, consumer: subprocess.CompletedProc
 def test_jobs_on_a_standalone_cluster_with_queue_home_and_checkpoints_on_s3(
         spark_cluster: tuple[str, Path], store: Store, tmp_path: Path) -> None:
     """The README's producer line (its master, a properties file with the S3 settings and the
-    home), ended by Ctrl-C once held at the queue's stop 500, then restarted from its checkpoint in a
-    local application; the controller; a consumer application draining the queue in batches of
-    200 (``--max-bytes-per-trigger`` tighter than ``--max-records-per-trigger``). Each cluster
-    application had its executor on the cluster, and no task failed there."""
+    home), ended by Ctrl-C once held at the queue's stop 500, then restarted from its checkpoint
+    in a local application; the controller; a consumer application draining the queue in
+    batches of 200 (``--max-bytes-per-trigger`` tighter than ``--max-records-per-trigger``). Each
+    cluster application had its executor on the cluster, and no task failed there."""
     master, worker = spark_cluster
     stop, capacity = 500, 300  # stop: the README's line; a capacity that fills the queue in few S3 commits
     path, output, home = store.url("queues", "events"), store.url("consumed"), store.url("home")

@@ -57,9 +57,9 @@ def finish(process: subprocess.Popen[str], timeout: float = 300) -> subprocess.C
 
 def test_jobs_on_yarn_with_queue_home_and_checkpoints_on_hdfs(yarn_cluster: tuple[str, Path], tmp_path: Path) -> None:
     """The README's YARN producer line (p1, stop 100 / resume 50; ended by Ctrl-C once the queue
-    holds it), p2 once p1 declared the queue, p1 again from its checkpoint while p2 runs, and the controller meanwhile; the consumer in
-    batches of 50 (``--max-bytes-per-trigger 5000``, 100-byte messages); the README's
-    ``spark-flow`` lines."""
+    holds it), p2 once p1 declared the queue, p1 again from its checkpoint while p2 runs, and the
+    controller meanwhile; the consumer in batches of 50 (``--max-bytes-per-trigger 5000``,
+    100-byte messages); the README's ``spark-flow`` lines."""
     hdfs, conf_dir = yarn_cluster
     store = Store("hdfs", f"{hdfs}/{tmp_path.name}")
     path, output, home = store.url("queues", "events"), store.url("consumed"), store.url("home")
