@@ -9,7 +9,7 @@ import re
 import signal
 import subprocess
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import IO
 
 from _common import ROOT, start_job
@@ -50,6 +50,12 @@ class Terminal:
                         for pipe, lines in ((process.stdout, self.out), (process.stderr, self.err))]
         for reader in self.readers:
             reader.start()
+
+    @classmethod
+    def start(cls, command: list[str], env: Mapping[str, str]) -> Terminal:
+        """``command`` (a README line's words) started in the repository with ``env``."""
+        return cls(subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    text=True, start_new_session=True))
 
     @staticmethod
     def _read(pipe: IO[str], lines: list[str]) -> None:

@@ -160,8 +160,7 @@ def test_a_producer_paced_by_its_publish_rate_as_the_readme_runs_it(tmp_path: Pa
     [[line]] = bash_blocks("The flow controller, status and operator commands")
     words = [word.replace("/tmp/flow", str(tmp_path)) for word in line]
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
-    job = Terminal(subprocess.Popen([str(BIN / words[0]), *words[1:]], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, text=True, start_new_session=True))
+    job = Terminal.start([str(BIN / words[0]), *words[1:]], env)
 
     def throttled(stdout: str) -> bool:
         lines = [line for line in progress(stdout, "producer") if line["enqueued"] != "partial"]

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
-from processes import ROOT, Terminal, ctrl_c_once_held, failure, in_terminal, progress, spark_submit
+from processes import Terminal, ctrl_c_once_held, failure, in_terminal, progress, spark_submit
 from stores import Store
 from test_readme import BIN, bash_blocks
 
@@ -121,9 +121,7 @@ def test_jobs_on_a_standalone_cluster_with_queue_home_and_checkpoints_on_s3(
     words[1:1] = [part for key, value in executors.items() for part in ("--conf", f"{key}={value}")]
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
     options = ["--capacity", str(capacity), "--trigger", "500ms"]
-    first = ctrl_c_once_held(Terminal(subprocess.Popen([str(BIN / words[0]), *words[1:], *options], cwd=ROOT, env=env,
-                                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                                      start_new_session=True)), path, store.options)
+    first = ctrl_c_once_held(Terminal.start([str(BIN / words[0]), *words[1:], *options], env), path, store.options)
     assert first.returncode == 0, failure(first)
     assert f"stopCount={stop} resumeCount={stop}" in first.stdout, failure(first)
     # Goes on from the checkpoint, held, at the README line's rate: Spark's rate source numbers

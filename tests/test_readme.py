@@ -62,8 +62,7 @@ class Walkthrough:
         return [w.replace("/tmp/flow", str(self.base)) for w in command] + list(more)
 
     def start(self, command: list[str], *more: str) -> Terminal:
-        return Terminal(subprocess.Popen(self.words(command, *more), cwd=ROOT, env=self.env, stdout=subprocess.PIPE,
-                                         stderr=subprocess.PIPE, text=True, start_new_session=True))
+        return Terminal.start(self.words(command, *more), self.env)
 
     def run(self, command: list[str], *more: str, timeout: float = 300,
             cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:

@@ -74,10 +74,8 @@ def test_jobs_on_yarn_with_queue_home_and_checkpoints_on_hdfs(yarn_cluster: tupl
     assert export == ["export", f"HADOOP_CONF_DIR={README_CONF}"]
     words = [word.replace(README_ROOT, store.root).replace(README_PYTHON, sys.executable) for word in producer]
     words[1:1] = [part for key, value in yarn_conf().items() for part in ("--conf", f"{key}={value}")]
-    first = Terminal(subprocess.Popen([str(BIN / words[0]), *words[1:], *options], cwd=ROOT,
-                                      env={**os.environ, **env, "PYSPARK_PYTHON": sys.executable,
-                                           "PYSPARK_DRIVER_PYTHON": sys.executable},
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True))
+    first = Terminal.start([str(BIN / words[0]), *words[1:], *options],
+                           {**os.environ, **env, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable})
     # A second application on the same queue, once the first declared it (two applications
     # creating one Delta table at once: one of them fails, as Delta's own commits do).
     def declared() -> bool:
