@@ -17,6 +17,7 @@ import contextlib
 import functools
 import logging
 import threading
+import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -56,6 +57,38 @@ def close_connect_listeners() -> None:
     wrong."""
     for listener in list(_connect_listeners):
         listener.close()
+
+
+def _remove_from_connect_bus(streams: Any, listener: StreamingQueryListener) -> None:
+    """``streams.removeListener(listener)`` of a Spark Connect session, without PySpark 4.2's
+    deadlock (SPARK-59623): its removal of the last listener waits for the event thread while
+    holding the lock that thread takes to deliver an event, so an event arriving meanwhile (a
+    query's termination just after its stop) hangs the client for good. As that fix does, the
+    server is asked to end the event stream under the lock, the thread waited for outside it."""
+    import pyspark.sql.connect.proto as pb2
+
+    bus = streams._sqlb
+    with bus._lock:
+        if listener not in bus._listener_bus:
+            return
+        if len(bus._listener_bus) > 1:
+            bus._listener_bus.remove(listener)
+            return
+        thread = bus._execution_thread
+        command = pb2.Command(streaming_query_listener_bus_command=pb2.StreamingQueryListenerBusCommand(
+            remove_listener_bus_listener=True))
+        try:
+            streams._session.client.execute_command(command)
+        except Exception as error:  # as PySpark's own removal: the server is gone, its stream with it
+            warnings.warn(f"Failed to remove the listener because of exception: {error}", stacklevel=2)
+            return
+    if thread is not None:
+        thread.join()  # the server's last events delivered, the stream ended
+    with bus._lock:
+        if listener in bus._listener_bus:
+            bus._listener_bus.remove(listener)
+        if bus._execution_thread is thread:
+            bus._execution_thread = None
 
 
 @functools.cache
@@ -147,9 +180,14 @@ class FlowProgressListener(StreamingQueryListener):
         in :func:`~spark_flow.session.exit_process` before the session stops."""
         from pyspark.sql import SparkSession
 
+        connect = self in _connect_listeners
         _connect_listeners.discard(self)
         spark = self.spark or SparkSession.getActiveSession()
-        if spark is not None and not getattr(spark, "is_stopped", False):
+        if spark is None or getattr(spark, "is_stopped", False):
+            return
+        if connect:
+            _remove_from_connect_bus(spark.streams, self)
+        else:
             spark.streams.removeListener(self)
 
     def _set_spark_session(self, session: Any) -> None:

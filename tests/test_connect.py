@@ -112,17 +112,57 @@ ENDING_CLIENT = textwrap.dedent("""
 """)
 
 
-def test_a_script_that_ends_through_exit_process_with_a_listener_added_prints_no_warning(
+HOLDING_CLIENT = textwrap.dedent("""
+    import threading
+    from spark_flow import FlowProgressListener, get_spark
+    from spark_flow.session import close_before_stop, exit_process
+
+    holding, ending = threading.Event(), threading.Event()
+
+
+    class Holding(FlowProgressListener):
+        \"\"\"Takes its time over its first progress event (a listener writing to a slow store),
+        PySpark's listener bus lock held, until the job ends: the query's next events wait.\"\"\"
+
+        def onQueryProgress(self, event):
+            super().onQueryProgress(event)
+            if not holding.is_set():
+                holding.set()
+                ending.wait(60)
+
+
+    spark = get_spark()
+    close_before_stop(ending.set)  # before the listener's own close
+    spark.streams.addListener(Holding(queues=[]))
+    query = spark.readStream.format("rate").load().writeStream.format("noop").start()
+    holding.wait(60)
+    first = query.lastProgress["batchId"]
+    while query.lastProgress["batchId"] < first + 2:  # two more events sent while the listener holds
+        query.awaitTermination(0.1)
+    print("end of job", flush=True)
+    exit_process(0)
+""")
+
+
+def test_a_script_that_ends_through_exit_process_with_a_listener_added_ends_at_once_and_prints_no_warning(
         spark_connect: str) -> None:
-    """Jobs end with :func:`exit_process`, which stops the session: under Connect, a listener
-    still added saw its event stream cut and PySpark warned ("StreamingQueryListenerBus Handler
-    thread received exception") whenever the channel closed before the server ended the stream
-    and the thread ran before the process left (a CI run's consumer job, which did nothing
-    wrong). Whether it does is a race; on main a third of the runs here warned, so four at once."""
+    """Jobs end with :func:`exit_process`, which closes the listeners, then stops the session.
+    Under Connect, a listener still added saw its event stream cut and PySpark warned
+    ("StreamingQueryListenerBus Handler thread received exception") whenever the channel closed
+    before the server ended the stream and the thread ran before the process left (a CI run's
+    consumer job, which did nothing wrong; on main a third of the runs here warned, so three at
+    once). And PySpark's own removal of the last listener waits for that thread while holding the
+    lock the thread needs to deliver an event (SPARK-59623): an event arriving meanwhile (a
+    query's termination just after its stop) hung the job for good (a CI run; the holding client
+    hung in 4 runs of 4)."""
     env = {**os.environ, "SPARK_REMOTE": spark_connect}
-    runs = [subprocess.Popen([sys.executable, "-c", ENDING_CLIENT], env=env, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True) for _ in range(4)]
+    runs = [subprocess.Popen([sys.executable, "-c", client], env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True) for client in [*[ENDING_CLIENT] * 3, HOLDING_CLIENT]]
     for run in runs:
-        stdout, stderr = run.communicate(timeout=180)
+        try:
+            stdout, stderr = run.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            run.kill()
+            stdout, stderr = run.communicate()
         assert (run.returncode, stdout) == (0, "end of job\n"), stderr[-3000:]
         assert "Warning" not in stderr, stderr[-3000:]
