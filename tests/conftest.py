@@ -122,7 +122,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     ``processes`` on every test that uses a server (directly or through an object ``store``) or
     is marked ``short_processes``. The ``processes`` tests are one xdist group, one at a time on
     one worker, but for the ``short_processes`` ones: short commands that start no Spark
-    application or server and wait for no time, run beside the group like any other test."""
+    application or server and wait for no time, run beside the group like any other test. Every
+    other test is the ``session`` group, on the other worker: none is left to the group's worker
+    after the group. The group's ``mostly_waiting`` tests run first: beside the other worker's
+    tests they cost little, and at the end, alone, they left a core idle."""
     for item in items:
         names = set(getattr(item, "fixturenames", ()))
         if "spark" in names:
@@ -133,6 +136,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.processes)
         if item.get_closest_marker("processes") is not None and not short:  # one at a time: 2 cores, timed waits
             item.add_marker(pytest.mark.xdist_group("processes"))
+        else:
+            item.add_marker(pytest.mark.xdist_group("session"))
+    items.sort(key=lambda item: item.get_closest_marker("mostly_waiting") is None)  # stable: the rest in order
 
 
 @pytest.hookimpl(wrapper=True)
@@ -283,7 +289,7 @@ def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[st
         yield master, work / "worker"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")  # stopped after its module: the YARN case runs first (mostly_waiting)
 def yarn_cluster(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[tuple[str, Path]]:
     """The suite's HDFS and YARN (Hadoop's mini cluster, one JVM): the namenode's ``hdfs://`` URL
     and the cluster's Hadoop conf directory (spark-submit's ``HADOOP_CONF_DIR``). Its jars and

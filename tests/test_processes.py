@@ -48,10 +48,17 @@ def test_two_producer_processes_counts_and_depth_exact(spark: SparkSession, tmp_
 
 
 @pytest.mark.processes
-def test_the_processes_tests_are_one_xdist_group(request: pytest.FixtureRequest) -> None:
+def test_the_processes_tests_are_one_xdist_group_and_the_others_another(request: pytest.FixtureRequest) -> None:
     """Under ``make test`` (``--dist loadgroup``) the ``processes`` tests run one at a time on one
-    worker: their node ids carry the group. pytest 9.2 dropped it without a word
-    (pytest-xdist#1386), and two multi-process cases at once made timed waits fail."""
+    worker and every other test on the other: each node id carries its group. pytest 9.2 dropped
+    the groups without a word (pytest-xdist#1386), and two multi-process cases at once made timed
+    waits fail; a test outside both groups could be left to the group's worker, after the group.
+    The group's ``mostly_waiting`` tests come first, beside the other worker's tests."""
     if not getattr(request.config.option, "loadgroup", False):  # set in xdist's workers
         pytest.skip("runs under --dist loadgroup (make test)")
-    assert request.node.nodeid.endswith("@processes"), request.node.nodeid
+    groups = {item.nodeid: item.nodeid.rsplit("@", 1)[-1] for item in request.session.items}
+    assert set(groups.values()) == {"processes", "session"}, sorted(groups.items())[:5]
+    assert groups[request.node.nodeid] == "processes"
+    group = [item for item in request.session.items if groups[item.nodeid] == "processes"]
+    waiting = [item.get_closest_marker("mostly_waiting") is not None for item in group]
+    assert waiting == sorted(waiting, reverse=True), [item.nodeid for item in group][:5]

@@ -27,7 +27,8 @@ from test_readme import BIN, bash_blocks
 
 from spark_flow.queue import Queue
 
-pytestmark = pytest.mark.processes
+#: Alone it keeps the 2 cores 56% busy: its time is YARN's heartbeats and container starts.
+pytestmark = [pytest.mark.processes, pytest.mark.mostly_waiting]
 
 #: The README's placeholders and what they are on the suite's cluster.
 README_ROOT, README_CONF, README_PYTHON = "hdfs://namenode:8020/flow", "/etc/hadoop/conf", "/opt/venv/bin/python"
