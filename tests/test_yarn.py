@@ -16,9 +16,8 @@ from pathlib import Path
 
 import pyspark
 import pytest
-from _common import start_job
 from deltalake import DeltaTable
-from processes import ROOT, Terminal, ctrl_c_once_held, failure, progress, spark_submit
+from processes import ROOT, Terminal, ctrl_c_once_held, failure, in_terminal, progress, spark_submit
 from servers import yarn_applications
 from stores import Store
 from streams import wait_until
@@ -50,12 +49,6 @@ def yarn_conf() -> dict[str, str]:
             "spark.scheduler.minRegisteredResourcesRatio": "0"}
 
 
-def finish(process: subprocess.Popen[str], timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    """Wait for a job started with pipes: its result, as :func:`subprocess.run` gives it."""
-    stdout, stderr = process.communicate(timeout=timeout)
-    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
-
-
 def test_jobs_on_yarn_with_queue_home_and_checkpoints_on_hdfs(yarn_cluster: tuple[str, Path], tmp_path: Path) -> None:
     """The README's YARN producer line (p1, stop 100 / resume 50; ended by Ctrl-C once the queue
     holds it), p2 once p1 declared the queue, p1 again from its checkpoint while p2 runs, and the
@@ -84,20 +77,21 @@ def test_jobs_on_yarn_with_queue_home_and_checkpoints_on_hdfs(yarn_cluster: tupl
         return _exists(path, store)
 
     wait_until(declared, 180, interval=0.5)
-    second = start_job("producer", "--queue", path, "--name", "p2", "--rate", "40", *options, "--run-seconds", "12",
-                       conf=conf, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # No producer here runs for a fixed time: on a busy machine YARN can take longer than such a
+    # run to give an application its executor, and the run ends before any batch was written.
+    second = in_terminal("producer", "--queue", path, "--name", "p2", "--rate", "40", *options, conf=conf, env=env)
     runs = [ctrl_c_once_held(first, path, store.options)]  # the README's line, ended by Ctrl-C once held
-    # p1 again while p2 runs: it goes on from its checkpoint, held
-    again = start_job("producer", "--queue", path, "--name", "p1", "--rate", "40", *options, "--run-seconds", "4",
-                      conf=conf, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    runs.append(finish(second))
+    # p1 again, from its checkpoint, while p2 runs (p2 ends once both have started writing: its
+    # first chunk goes in even while the queue holds its producers)
+    again = in_terminal("producer", "--queue", path, "--name", "p1", "--rate", "40", *options, conf=conf, env=env)
+    runs.append(second.ctrl_c_once(lambda: "producer=p1 started:" in again.stdout() and "p2" in _producers(path, store)))
     # The controller looks while p1 runs again: nobody consumes. Restarted, p1 holds the rest of
     # a batch cut short by its stop, but a fresh batch's first chunk goes in at once (its capacity
     # window: the queue's depth may grow by up to one capacity after this look).
     queue = Queue(path, store.options)
     before = queue.depth().count
     controller = check_controller(store, home, conf, queue, stop, resume, range(before, before + capacity + 1), env=env)
-    runs.append(finish(again))
+    runs.append(again.ctrl_c())
     queue, ids = check_two_held_producers(store, path, runs, stop, 2 * capacity)
 
     consumer = spark_submit("consumer", "--queue", path, "--output", output, "--max-records-per-trigger", "100",
@@ -121,6 +115,12 @@ def test_jobs_on_yarn_with_queue_home_and_checkpoints_on_hdfs(yarn_cluster: tupl
     wait_until(lambda: all(app["state"] == "FINISHED" for app in applications()), 30, interval=0.5)
     apps = applications()
     assert sorted((app["state"], app["finalStatus"]) for app in apps) == [("FINISHED", "SUCCEEDED")] * 5, apps
+
+
+def _producers(path: str, store: Store) -> set[str]:
+    """The producers whose messages the queue at ``path`` holds."""
+    table = DeltaTable(path, storage_options=store.options).to_pyarrow_table(columns=["producer"])
+    return set(table.column("producer").to_pylist())
 
 
 def _exists(path: str, store: Store) -> bool:
