@@ -81,8 +81,8 @@ def test_jobs_on_yarn_with_queue_home_and_checkpoints_on_hdfs(yarn_cluster: tupl
     # run to give an application its executor, and the run ends before any batch was written.
     second = in_terminal("producer", "--queue", path, "--name", "p2", "--rate", "40", *options, conf=conf, env=env)
     runs = [ctrl_c_once_held(first, path, store.options)]  # the README's line, ended by Ctrl-C once held
-    # p1 again, from its checkpoint, while p2 runs (p2 ends once both have started writing: its
-    # first chunk goes in even while the queue holds its producers)
+    # p1 again, from its checkpoint, while p2 runs: p2 ends once p1's restart has started its query
+    # and p2's messages are in the queue (its first chunk goes in even while the queue holds)
     again = in_terminal("producer", "--queue", path, "--name", "p1", "--rate", "40", *options, conf=conf, env=env)
     runs.append(second.ctrl_c_once(lambda: "producer=p1 started:" in again.stdout() and "p2" in _producers(path, store)))
     # The controller looks while p1 runs again: nobody consumes. Restarted, p1 holds the rest of
