@@ -116,7 +116,7 @@ PROCESS = f"{socket.gethostname()}:{os.getpid()}"
 
 def process_gone(process: str | None, seen: datetime | None, timeout: float) -> bool:
     """Whether the holder of a claim is gone: not seen for ``timeout`` seconds, or its process
-    (``host:pid``) on this host has ended."""
+    (``host:pid``) on this host has ended or is ending."""
     if age(seen) > timeout:
         return True
     host, _, pid = (process or "").rpartition(":")
@@ -128,7 +128,25 @@ def process_gone(process: str | None, seen: datetime | None, timeout: float) -> 
         return True
     except PermissionError:
         return False
-    return False
+    return _ending(int(pid))
+
+
+#: Linux's flag of a process that is exiting (``PF_EXITING``): set as it starts to exit, kept
+#: while it is a zombie its parent has not reaped.
+_PF_EXITING = 0x4
+
+
+def _ending(pid: int) -> bool:
+    """Whether process ``pid`` is exiting, which ``os.kill(pid, 0)`` does not tell until its
+    parent reaps it. Spark ends a source's Python process with SIGTERM and returns from
+    ``query.stop()`` without waiting: that process frees its memory, then waits for the JVM to
+    reap it. False where there is no ``/proc`` (not Linux)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rpartition(")")[2].split()  # after the name, which may hold spaces
+    except OSError:
+        return False
+    return bool(int(fields[6]) & _PF_EXITING)  # the flags, the 9th field of proc(5)'s stat
 
 
 def age(seen: datetime | None) -> float:

@@ -3,8 +3,11 @@ Delta table written with deltalake (no Spark)."""
 
 from __future__ import annotations
 
+import os
+import socket
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow as pa
@@ -13,7 +16,7 @@ from deltalake import write_deltalake
 
 from spark_flow.exceptions import SubscriptionInUseError, SubscriptionNotFoundError
 from spark_flow.ledger import Position
-from spark_flow.subscriptions import SubscriptionTable, _schema
+from spark_flow.subscriptions import SubscriptionTable, _schema, process_gone
 
 
 @pytest.fixture
@@ -130,6 +133,32 @@ def test_claim_takes_over_a_reader_not_seen_within_the_timeout(subs: Subscriptio
     assert subs.get("default").reader == "query-b"
     with pytest.raises(SubscriptionInUseError):
         subs.acknowledge("default", 1, reader="query-a")
+
+
+@pytest.mark.short_processes
+def test_claim_takes_over_a_reader_whose_process_is_ending(subs: SubscriptionTable) -> None:
+    """Spark ends a source's Python process with SIGTERM (Java's ``Process.destroy``) and
+    returns from ``query.stop()`` without waiting: a reader whose process still frees its memory,
+    or has ended and is not reaped yet, is gone (CI: ``delete_queue(if_unused=True)`` right
+    after the README's queries stopped was refused, its reader "seen 1.1s ago")."""
+    subs.create("default", 0)
+    script = (f"import sys; from spark_flow.subscriptions import SubscriptionTable as T; "
+              f"T({subs.location!r}, 'q').claim('default', 'query-a', 60); "
+              "heap = bytearray(512 << 20); heap[::4096] = bytes(len(heap[::4096])); "  # so its exit takes a while
+              "print('claimed', flush=True); sys.stdin.read()")
+    reader = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert reader.stdout is not None and reader.stdout.readline() == "claimed\n"
+        with pytest.raises(SubscriptionInUseError, match="query-a"):
+            subs.claim("default", "query-b", timeout=60)
+        reader.terminate()
+        subs.claim("default", "query-b", timeout=60)  # while it exits
+        assert subs.get("default").reader == "query-b"
+        os.waitid(os.P_PID, reader.pid, os.WEXITED | os.WNOWAIT)  # ended, not reaped
+        assert process_gone(f"{socket.gethostname()}:{reader.pid}", datetime.now(UTC), timeout=60)
+    finally:
+        reader.kill()
+        reader.wait()
 
 
 def test_transition_is_a_compare_and_set_on_the_state_read(subs: SubscriptionTable) -> None:
