@@ -318,7 +318,11 @@ def test_kill_9_controller_at_random_points_keeps_status_and_count_exact(
     admin.stop_producers("q")
     kill_soon(c)  # before, while or after it applies the command
     c = controller()
-    wait_for(shows(producers_held=True), WAIT, "manual stop applied", children)
+    # producers_stopped, not producers_held: the queue is flow-stopped already, so the held row
+    # the killed controller left would do. A batch looks at the queues before it applies its
+    # commands, so a start-producers issued before the stop is applied can land in the next batch,
+    # whose row still shows the stop: the last row (CI: producers_held True at the end).
+    wait_for(shows(producers_stopped=True), WAIT, "manual stop applied", children)
     admin.start_producers("q")
     queue.acknowledge("default", queue.refresh())
     wait_for(lambda: shows(flow_stopped=False, producers_stopped=False, depth_count=0)() and len(applied()) == 2,
