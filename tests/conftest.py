@@ -44,6 +44,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     below this process (with :data:`JIT`); a JVM whose class path the archive does not match runs
     without it. ``SPARK_HOME`` (:func:`_compiled_spark_home`) reaches every Spark started below it.
     """
+    _font_cache()
     if getattr(session.config, "cache", None) is None:  # -p no:cacheprovider: no place to keep it
         return
     import pyspark
@@ -55,6 +56,13 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         _archive_classes(archive.with_suffix(".tmp"), quiet)
         archive.with_suffix(".tmp").rename(archive)
     os.environ["JDK_JAVA_OPTIONS"] = f"-XX:SharedArchiveFile={archive} {quiet} {JIT}"
+
+
+def _font_cache() -> None:
+    """Have matplotlib's font cache made before any test: on a machine without one, the first
+    plot lists the system's fonts with ``fc-list``, a process a quick-tier test may not start
+    (a fresh machine's ``make check`` failed the plot tests so)."""
+    import matplotlib.font_manager  # noqa: F401  (builds the cache once, reads it after)
 
 
 def _compiled_spark_home(cache: Path) -> Path:
