@@ -65,14 +65,24 @@ class Terminal:
     def stdout(self) -> str:
         return "".join(self.out)
 
-    def ctrl_c_once(self, seen: Callable[[], bool], timeout: float = 240) -> subprocess.CompletedProcess[str]:
-        """Wait until ``seen()`` (the job still running), then end it by Ctrl-C: a run that ends
-        when it has shown what it is for, however slow the machine."""
+    def wait_for(self, seen: Callable[[], bool], timeout: float = 240) -> None:
+        """Wait until ``seen()``, the job still running; a job that ended, or ``seen()`` not
+        within ``timeout`` seconds, fails the test with the job's output (ended by Ctrl-C)."""
         def running_and_seen() -> bool:
             assert self.process.poll() is None, failure(self.ctrl_c())
             return seen()
 
-        wait_until(running_and_seen, timeout, interval=0.5)
+        try:
+            wait_until(running_and_seen, timeout, interval=0.5)
+        except AssertionError as error:
+            if self.process.poll() is not None:
+                raise
+            raise AssertionError(f"{error}\n{failure(self.ctrl_c())}") from None
+
+    def ctrl_c_once(self, seen: Callable[[], bool], timeout: float = 240) -> subprocess.CompletedProcess[str]:
+        """Wait until ``seen()`` (the job still running), then end it by Ctrl-C: a run that ends
+        when it has shown what it is for, however slow the machine."""
+        self.wait_for(seen, timeout)
         return self.ctrl_c()
 
     def ctrl_c(self, timeout: float = 120) -> subprocess.CompletedProcess[str]:

@@ -50,10 +50,10 @@ def yarn_conf() -> dict[str, str]:
 
 
 def test_jobs_on_yarn_with_queue_home_and_checkpoints_on_hdfs(yarn_cluster: tuple[str, Path], tmp_path: Path) -> None:
-    """The README's YARN producer line (p1, stop 100 / resume 50; ended by Ctrl-C once the queue
-    holds it), p2 once p1 declared the queue, p1 again from its checkpoint while p2 runs, and the
-    controller meanwhile; the consumer in batches of 50 (``--max-bytes-per-trigger 5000``,
-    100-byte messages); the README's ``spark-flow`` lines."""
+    """p2 first, slowly (a message a second), declaring the queue; the README's YARN producer line
+    (p1, stop 100 / resume 50; ended by Ctrl-C once the queue holds it) once p2 wrote; p1 again
+    from its checkpoint while p2 runs, and the controller meanwhile; the consumer in batches of 50
+    (``--max-bytes-per-trigger 5000``, 100-byte messages); the README's ``spark-flow`` lines."""
     hdfs, conf_dir = yarn_cluster
     store = Store("hdfs", f"{hdfs}/{tmp_path.name}")
     path, output, home = store.url("queues", "events"), store.url("consumed"), store.url("home")
@@ -64,27 +64,23 @@ def test_jobs_on_yarn_with_queue_home_and_checkpoints_on_hdfs(yarn_cluster: tupl
     options = ["--capacity", str(capacity), "--trigger", "500ms"]
     started = time.time() * 1000
 
+    # No producer here runs for a fixed time: on a busy machine YARN can take longer than such a
+    # run to give an application its executor, and the run ends before any batch was written.
+    # p2 goes first and slowly: a rate source's first batch is empty, and a batch, empty or not,
+    # completes only while its queue is not flow-stopped; a p2 started after p1 filled the queue
+    # wrote nothing until the end of the wait (CI, 240 s). Its first message means it is past it.
+    second = in_terminal("producer", "--queue", path, "--name", "p2", "--rate", "1", *options, conf=conf, env=env)
+    second.wait_for(lambda: "p2" in _producers(path, store))
     [export, producer, status, why] = bash_blocks("On YARN and HDFS")[0]
     assert export == ["export", f"HADOOP_CONF_DIR={README_CONF}"]
     words = [word.replace(README_ROOT, store.root).replace(README_PYTHON, sys.executable) for word in producer]
     words[1:1] = [part for key, value in yarn_conf().items() for part in ("--conf", f"{key}={value}")]
     first = Terminal.start([str(BIN / words[0]), *words[1:], *options],
                            {**os.environ, **env, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable})
-    # A second application on the same queue, once the first declared it (two applications
-    # creating one Delta table at once: one of them fails, as Delta's own commits do).
-    def declared() -> bool:
-        assert first.process.poll() is None, failure(first.ctrl_c())
-        return _exists(path, store)
-
-    wait_until(declared, 180, interval=0.5)
-    # No producer here runs for a fixed time: on a busy machine YARN can take longer than such a
-    # run to give an application its executor, and the run ends before any batch was written.
-    second = in_terminal("producer", "--queue", path, "--name", "p2", "--rate", "40", *options, conf=conf, env=env)
     runs = [ctrl_c_once_held(first, path, store.options)]  # the README's line, ended by Ctrl-C once held
     # p1 again, from its checkpoint, while p2 runs: p2 ends once p1's restart has started its query
-    # and p2's messages are in the queue (its first chunk goes in even while the queue holds)
     again = in_terminal("producer", "--queue", path, "--name", "p1", "--rate", "40", *options, conf=conf, env=env)
-    runs.append(second.ctrl_c_once(lambda: "producer=p1 started:" in again.stdout() and "p2" in _producers(path, store)))
+    runs.append(second.ctrl_c_once(lambda: "producer=p1 started:" in again.stdout()))
     # The controller looks while p1 runs again: nobody consumes. Restarted, p1 holds the rest of
     # a batch cut short by its stop, but a fresh batch's first chunk goes in at once (its capacity
     # window: the queue's depth may grow by up to one capacity after this look).
@@ -118,17 +114,12 @@ def test_jobs_on_yarn_with_queue_home_and_checkpoints_on_hdfs(yarn_cluster: tupl
 
 
 def _producers(path: str, store: Store) -> set[str]:
-    """The producers whose messages the queue at ``path`` holds."""
-    table = DeltaTable(path, storage_options=store.options).to_pyarrow_table(columns=["producer"])
-    return set(table.column("producer").to_pylist())
-
-
-def _exists(path: str, store: Store) -> bool:
+    """The producers whose messages the queue at ``path`` holds (none before it is a Delta table)."""
     try:
-        DeltaTable(path, storage_options=store.options)
+        table = DeltaTable(path, storage_options=store.options).to_pyarrow_table(columns=["producer"])
     except Exception:  # not yet a Delta table (deltalake's TableNotFoundError) or not reachable yet
-        return False
-    return True
+        return set()
+    return set(table.column("producer").to_pylist())
 
 
 def check_two_held_producers(store: Store, path: str, runs: list[subprocess.CompletedProcess[str]], stop: int,
