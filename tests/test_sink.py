@@ -596,6 +596,23 @@ def test_unknown_sink_option_names_the_closest_key(tmp_path: Path) -> None:
 # --- the Qpid example, message by message -----------------------------------------------------
 
 
+def test_an_empty_batch_into_a_flow_stopped_queue_completes_once_the_queue_resumes(
+        spark: SparkSession, tmp_path: Path) -> None:
+    """An empty batch (a ``rate`` source's first) writes nothing and is held like any other: a
+    producer started while its queue is flow-stopped goes on once the queue resumes."""
+    path = str(tmp_path / "q")
+    declare(spark, path, SCHEMA, settings={"stopCount": 2, "resumeCount": 1})
+    messages(spark, range(3)).write.format("delta").mode("append").save(path)  # depth 3 > stop 2
+    version = Queue(path).refresh()
+    sink = QueueSink(path, app_id="p", options={"pollInterval": "100ms"})
+    with Consumer(path) as consumer:  # acknowledges once the gate recorded the stop
+        sink(messages(spark, []), 0)
+    report = sink.last[path]
+    assert consumer.acks == 1 and report.count == 0 and report.held_seconds > 0
+    assert not report.flow_stopped and report.flow_stopped_count == 1
+    assert Queue(path).refresh() == version, "the empty batch committed nothing"
+
+
 def test_stop_9_resume_5_message_by_message(spark: SparkSession, tmp_path: Path) -> None:
     """One-message batches: flowStopped turns ON with the 10th message (count > 9), the 11th is
     refused; acknowledged one by one, flow turns OFF only when 4 remain (count < 5), and
