@@ -15,6 +15,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from _common import local_conf
@@ -363,10 +364,20 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
 
 
 @pytest.fixture(scope="session")
-def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+def chromium_driver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     """Headless Chromium for the suite (a selenium WebDriver), with a fresh profile."""
     from servers import chromium
 
     base = tmp_path_factory.mktemp("chromium")
     with chromium(base / "profile", base / "chromedriver.log") as driver:
         yield driver
+
+
+@pytest.fixture
+def browser(chromium_driver: Any) -> Iterator[Any]:
+    """The suite's Chromium on a blank page, and left on one: a console page left open asks its
+    gone server's port every 2 s, and whatever listens there next (a Spark JVM's socket for a
+    new Python worker) reads the requests (see test_console)."""
+    chromium_driver.get("about:blank")
+    yield chromium_driver
+    chromium_driver.get("about:blank")
