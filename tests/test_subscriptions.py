@@ -142,7 +142,7 @@ def test_claim_takes_over_a_reader_whose_process_is_ending(subs: SubscriptionTab
     or has ended and is not reaped yet, is gone (CI: ``delete_queue(if_unused=True)`` right
     after the README's queries stopped was refused, its reader "seen 1.1s ago")."""
     subs.create("default", 0)
-    script = (f"import sys; from spark_flow.subscriptions import SubscriptionTable as T; "
+    script = ("import sys; from spark_flow.subscriptions import SubscriptionTable as T; "
               f"T({subs.location!r}, 'q').claim('default', 'query-a', 60); "
               "heap = bytearray(512 << 20); heap[::4096] = bytes(len(heap[::4096])); "  # so its exit takes a while
               "print('claimed', flush=True); sys.stdin.read()")
