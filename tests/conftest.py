@@ -33,6 +33,13 @@ TEST_CONF = {**local_conf(2), "spark.app.name": "spark-flow-tests", "spark.pyspa
 #: with C1 alone). The suite's own session keeps both (see ``spark``).
 JIT = "-XX:TieredStopAtLevel=1"
 
+#: Every Spark application of the suite plans for the batches it runs, of tens to thousands of
+#: rows: no whole-stage code generation and no adaptive execution, each a compile or a second
+#: plan per query that such batches never pay back (the session's flow and controller tests: a
+#: fifth less CPU, 209 s to 168 s). Java system properties, which every SparkConf reads: they
+#: reach the jobs, the servers and the README's lines as written.
+SMALL_BATCHES = "-Dspark.sql.codegen.wholeStage=false -Dspark.sql.adaptive.enabled=false"
+
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     """Have every JVM of the suite map one class-data archive (AppCDS) of Spark's classes, and
@@ -42,11 +49,12 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     with the archive a JVM's start and first Delta write take about 10 s instead of 17 s on 2 cores.
     The archive is made once per Spark version, by running the producer job for a few seconds
     (about 50 s), and kept in pytest's cache. ``JDK_JAVA_OPTIONS`` reaches every ``java`` started
-    below this process (with :data:`JIT`); a JVM whose class path the archive does not match runs
+    below this process (with :data:`JIT` and :data:`SMALL_BATCHES`); a JVM whose class path the archive does not match runs
     without it. ``SPARK_HOME`` (:func:`_compiled_spark_home`) reaches every Spark started below it.
     """
     _font_cache()
     if getattr(session.config, "cache", None) is None:  # -p no:cacheprovider: no place to keep it
+        os.environ["JDK_JAVA_OPTIONS"] = SMALL_BATCHES
         return
     import pyspark
 
@@ -56,7 +64,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     if not archive.exists():
         _archive_classes(archive.with_suffix(".tmp"), quiet)
         archive.with_suffix(".tmp").rename(archive)
-    os.environ["JDK_JAVA_OPTIONS"] = f"-XX:SharedArchiveFile={archive} {quiet} {JIT}"
+    os.environ["JDK_JAVA_OPTIONS"] = f"-XX:SharedArchiveFile={archive} {quiet} {JIT} {SMALL_BATCHES}"
 
 
 def _font_cache() -> None:

@@ -28,6 +28,14 @@ def test_session_has_delta_and_the_running_interpreter(spark: SparkSession) -> N
     assert "-Xss16m" in conf.get("spark.driver.extraJavaOptions")
 
 
+def test_the_suite_s_sessions_plan_for_small_batches(spark: SparkSession) -> None:
+    """The suite's JVMs read ``conftest.SMALL_BATCHES`` from ``JDK_JAVA_OPTIONS``: no whole-stage
+    code generation, no adaptive execution."""
+    assert (spark.conf.get("spark.sql.codegen.wholeStage"), spark.conf.get("spark.sql.adaptive.enabled")) == (
+        "false", "false")
+    assert "WholeStageCodegen" not in spark.range(3).groupBy().count()._jdf.queryExecution().executedPlan().toString()
+
+
 def test_existing_session_is_returned_unchanged(spark: SparkSession) -> None:
     again = get_spark({"spark.sql.shuffle.partitions": "99", "spark.master": "local[1]"})
     assert again is spark
