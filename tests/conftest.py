@@ -36,8 +36,8 @@ JIT = "-XX:TieredStopAtLevel=1"
 #: Every Spark application of the suite plans for the batches it runs, of tens to thousands of
 #: rows: no whole-stage code generation and no adaptive execution, each a compile or a second
 #: plan per query that such batches never pay back (the session's flow and controller tests: a
-#: fifth less CPU, 209 s to 168 s). Java system properties, which every SparkConf reads: they
-#: reach the jobs, the servers and the README's lines as written.
+#: fifth less CPU, 209 to 168 CPU seconds). Java system properties, which every SparkConf reads:
+#: they reach the jobs, the servers and the README's lines as written.
 SMALL_BATCHES = "-Dspark.sql.codegen.wholeStage=false -Dspark.sql.adaptive.enabled=false"
 
 
@@ -49,8 +49,9 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     with the archive a JVM's start and first Delta write take about 10 s instead of 17 s on 2 cores.
     The archive is made once per Spark version, by running the producer job for a few seconds
     (about 50 s), and kept in pytest's cache. ``JDK_JAVA_OPTIONS`` reaches every ``java`` started
-    below this process (with :data:`JIT` and :data:`SMALL_BATCHES`); a JVM whose class path the archive does not match runs
-    without it. ``SPARK_HOME`` (:func:`_compiled_spark_home`) reaches every Spark started below it.
+    below this process (with :data:`JIT` and :data:`SMALL_BATCHES`); a JVM whose class path the
+    archive does not match runs without it. ``SPARK_HOME`` (:func:`_compiled_spark_home`) reaches
+    every Spark started below it.
     """
     _font_cache()
     if getattr(session.config, "cache", None) is None:  # -p no:cacheprovider: no place to keep it
