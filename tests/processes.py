@@ -27,14 +27,18 @@ def spark_submit(job: str, *args: str, conf: dict[str, str] | None = None, remot
                  timeout: float = 300, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """Run ``jobs/<job>.py`` through the venv's spark-submit on a local[1] session (the preset) to
     its end; the driver and workers run this interpreter. With ``remote``, as a Spark Connect
-    client of that server; ``env`` goes over this process's environment."""
+    client of that server; ``env`` goes over this process's environment. A job not ended within
+    ``timeout`` seconds is killed (its whole process group: spark-submit's JVM, the Python driver
+    and workers) and fails the test with what it printed."""
     with start_job(job, *args, conf=conf, remote=remote, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                   text=True) as process:
+                   text=True, start_new_session=True) as process:
         try:
             stdout, stderr = process.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
-            process.kill()
-            raise
+            os.killpg(process.pid, signal.SIGKILL)
+            stdout, stderr = process.communicate()
+            run = subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+            raise AssertionError(f"the {job} job did not end within {timeout} s\n{failure(run)}") from None
     return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
 

@@ -1,5 +1,5 @@
 """Two producer applications (separate JVMs: the producer job, twice) appending to one queue at
-the same time."""
+the same time; and how the suite runs processes (its xdist groups, a job's timeout)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from _common import start_job
+from processes import spark_submit
 from pyspark.sql import SparkSession
 
 from spark_flow.declare import declare
@@ -62,3 +63,23 @@ def test_the_processes_tests_are_one_xdist_group_and_the_others_another(request:
     group = [item for item in request.session.items if groups[item.nodeid] == "processes"]
     waiting = [item.get_closest_marker("mostly_waiting") is not None for item in group]
     assert waiting == sorted(waiting, reverse=True), [item.nodeid for item in group][:5]
+
+
+def test_a_job_not_ended_in_time_is_killed_whole_and_fails_with_what_it_printed(tmp_path: Path) -> None:
+    """``spark_submit``'s timeout kills the job's process group (spark-submit's JVM, the Python
+    driver, its workers) and fails with the job's output: a controller job on YARN that did not
+    end once left only ``TimeoutExpired`` and its Python driver running."""
+    queue = str(tmp_path / "q")
+    with pytest.raises(AssertionError, match="the producer job did not end within 5 s") as failed:
+        spark_submit("producer", "--queue", queue, timeout=5)  # a producer runs until it is stopped
+    assert "exit -9" in str(failed.value) and str(failed.value).split("stderr:\n", 1)[1].strip(), failed.value
+    left = [proc for proc in Path("/proc").glob("[0-9]*") if queue in _command_line(proc)]
+    assert not left, [_command_line(proc) for proc in left]
+
+
+def _command_line(proc: Path) -> str:
+    try:
+        return (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:  # ended meanwhile
+        return ""
+
