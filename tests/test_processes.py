@@ -82,4 +82,3 @@ def _command_line(proc: Path) -> str:
         return (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
     except OSError:  # ended meanwhile
         return ""
-
