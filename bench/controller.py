@@ -1,17 +1,22 @@
-"""Controller scaling: micro-batch time of the flow controller watching 1, 100, 1,000 and 5,000 queues.
+"""Controller scaling: micro-batch time and CPU of the flow controller watching 1, 100, 1,000 and
+5,000 queues, its state in 1, 2 and 8 partitions.
 
 Queues are copies of one declared queue (3 messages enqueued, stop 2 / resume 1, so every queue
 is flow-stopped), registered in one home per size (one registry commit for them all); the
-controller then runs in this session and the median ``triggerExecution`` of its batches after
-the first is reported, with the time per queue. Writes bench/controller.json and
-bench/controller.png.
+controller then runs in this session (``local[2]``) and the median ``triggerExecution`` of its
+batches after the first is reported, with the time per queue and the CPU seconds a batch took
+in every process of the run (the JVM, its Python workers, this driver). The controller keeps its
+state in ``STATE_PARTITIONS`` (2), set here to each number compared; before, it had the
+session's ``spark.sql.shuffle.partitions`` (2 in the local preset; a cluster's default is 200). Writes
+bench/controller.json and bench/controller.png.
 
-    .venv/bin/python bench/controller.py [--sizes 1 100 1000 5000] [--batches 5]
+    .venv/bin/python bench/controller.py [--sizes 1 100 1000 5000] [--state-partitions 1 2 8] [--batches 5]
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import statistics
 import tempfile
@@ -21,9 +26,8 @@ from typing import TYPE_CHECKING
 
 from _report import figure, local_conf, machine, parser, write_report
 
-from spark_flow import declare, get_spark
+from spark_flow import controller, declare, get_spark
 from spark_flow.admin import FlowAdmin
-from spark_flow.controller import start_controller
 from spark_flow.home import Registry
 from spark_flow.queue import Queue
 
@@ -44,9 +48,34 @@ def copy_queue(template: Queue, path: str, name: str) -> None:
         crc.unlink()
 
 
+def cpu_seconds() -> float:
+    """CPU seconds used so far by this process and every process below it that is still
+    running or was waited for (the session's JVM, its Python workers)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    parents, used = {}, {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:  # ended meanwhile
+            continue
+        parents[int(pid)] = int(fields[1])
+        used[int(pid)] = sum(int(f) for f in fields[11:15]) / tick
+
+    def below_me(pid: int) -> bool:
+        while pid > 1:
+            if pid == os.getpid():
+                return True
+            pid = parents.get(pid, 1)
+        return False
+
+    return sum(seconds for pid, seconds in used.items() if below_me(pid))
+
+
 def main() -> None:
     options = parser(__doc__, "bench/controller.json")
     options.add_argument("--sizes", type=int, nargs="+", default=[1, 100, 1000, 5000])
+    options.add_argument("--state-partitions", type=int, nargs="+", default=[1, 2, 8])
     options.add_argument("--batches", type=int, default=5, help="controller batches timed per size (after the first)")
     args = options.parse_args()
     report = {"machine": machine(), "results": {}}
@@ -65,29 +94,42 @@ def main() -> None:
             copy_queue(template, path, name)
         Registry(home).register_all(queues)
         setup = time.perf_counter() - began
-        query = start_controller(spark, home, trigger="100 milliseconds",
-                                 checkpoint_location=str(base / f"checkpoint{size}"))
-        while len(query.recentProgress) < args.batches + 1 and query.isActive:
-            time.sleep(0.5)
-        durations = [p["durationMs"]["triggerExecution"] / 1000 for p in query.recentProgress[1:args.batches + 1]]
-        query.stop()
-        stopped = FlowAdmin(home).status()["flow_stopped"].sum()
-        median = statistics.median(durations)
-        results[size] = {"queues": size, "setup_seconds": round(setup, 1), "batch_seconds": durations,
-                         "median_batch_seconds": round(median, 3), "ms_per_queue": round(1000 * median / size, 2),
-                         "queues_flow_stopped_in_status": int(stopped)}
-        print(json.dumps(results[size]))
+        results[size] = {"queues": size, "setup_seconds": round(setup, 1), "state_partitions": {}}
+        for partitions in args.state_partitions:
+            controller.STATE_PARTITIONS = partitions
+            query = controller.start_controller(spark, home, trigger="100 milliseconds",
+                                                checkpoint_location=str(base / f"checkpoint{size}-{partitions}"))
+            while len(query.recentProgress) < 2 and query.isActive:
+                time.sleep(0.05)
+            first, cpu = len(query.recentProgress), cpu_seconds()
+            while len(query.recentProgress) < first + args.batches and query.isActive:
+                time.sleep(0.05)
+            cpu, timed = cpu_seconds() - cpu, query.recentProgress[first:]
+            query.stop()
+            durations = [p["durationMs"]["triggerExecution"] / 1000 for p in timed]
+            median = statistics.median(durations)
+            results[size]["state_partitions"][partitions] = {
+                "batch_seconds": durations, "median_batch_seconds": round(median, 3),
+                "ms_per_queue": round(1000 * median / size, 2), "cpu_seconds_per_batch": round(cpu / len(timed), 2),
+                "queues_flow_stopped_in_status": int(FlowAdmin(home).status()["flow_stopped"].sum())}
+            print(json.dumps({"queues": size, "state_partitions": partitions, **results[size]["state_partitions"][partitions]}))
     write_report(args.out, report, plot(results))
 
 
 def plot(results: dict[int, dict]) -> Figure:
     sizes = sorted(results)
-    fig, ax = figure(figsize=(6, 4))
-    ax.plot(sizes, [results[s]["median_batch_seconds"] for s in sizes], marker="o")
-    ax.set_xscale("log")
-    ax.set_xlabel("queues watched")
-    ax.set_ylabel("controller micro-batch (s, median)")
-    ax.set_title("flow controller: batch time against queues")
+    fig, (time_ax, cpu_ax) = figure(ncols=2, figsize=(11, 4))
+    for partitions in results[sizes[0]]["state_partitions"]:
+        runs = [results[s]["state_partitions"][partitions] for s in sizes]
+        label = f"state in {partitions} partition{'s' if partitions > 1 else ''}"
+        time_ax.plot(sizes, [r["median_batch_seconds"] for r in runs], marker="o", label=label)
+        cpu_ax.plot(sizes, [r["cpu_seconds_per_batch"] for r in runs], marker="o", label=label)
+    for ax, what in ((time_ax, "micro-batch (s, median)"), (cpu_ax, "CPU seconds a batch (all processes)")):
+        ax.set_xscale("log")
+        ax.set_xlabel("queues watched")
+        ax.set_ylabel(what)
+        ax.legend()
+    fig.suptitle("flow controller on 2 cores: batch time and CPU against queues")
     return fig
 
 

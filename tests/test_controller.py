@@ -85,6 +85,23 @@ def test_a_controller_whose_batches_follow_each_other_stops_after_the_one_runnin
     assert controller.lastProgress["batchId"] <= called_at + 2, "the stop waited for batches after the one running"
 
 
+def test_a_controller_keeps_its_state_in_two_partitions_whatever_the_session_s_shuffle_partitions(
+        spark: SparkSession, tmp_path: Path) -> None:
+    """The state's partitions are the controller's (``STATE_PARTITIONS``), not the session's
+    ``spark.sql.shuffle.partitions`` (a cluster's default is 200: as many state store tasks and
+    Python workers in every look); the session's own setting is left as it was."""
+    home, path = str(tmp_path / "home"), str(tmp_path / "q")
+    declare(spark, path, SCHEMA)
+    FlowAdmin(home).register(path)
+    with spark_conf(spark, {"spark.sql.shuffle.partitions": "5"}):
+        controller = start_controller(spark, home, checkpoint_location=str(tmp_path / "controller"),
+                                      trigger={"availableNow": True})
+        assert spark.conf.get("spark.sql.shuffle.partitions") == "5"
+    assert controller.awaitTermination(120) and controller.exception() is None
+    [look] = controller.recentProgress
+    assert [op["numShufflePartitions"] for op in look["stateOperators"]] == [2]
+
+
 @pytest.fixture(scope="module")
 def controlled(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[FlowAdmin, Path]]:
     """A home with a running controller, shared by the tests below (each declares its own queue)."""
