@@ -16,10 +16,9 @@ controller lags or is down.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from spark_flow.controller_sink import ControllerSink
@@ -31,6 +30,7 @@ from spark_flow.keys import check_conf, conf_settings, session_flow_conf
 from spark_flow.names import normalize_path
 from spark_flow.observation import FlowControlDataSource
 from spark_flow.queue import open_queue
+from spark_flow.session import with_conf
 from spark_flow.storage import as_conf, check_access, session_storage_options
 from spark_flow.units import parse_duration
 
@@ -106,25 +106,8 @@ def start_controller(
     writer = (steps.writeStream.outputMode("update").foreachBatch(ControllerSink(home, query_name, storage))
               .queryName(query_name).option("checkpointLocation", checkpoint)
               .trigger(**({"processingTime": trigger} if isinstance(trigger, str) else trigger)))
-    with _shuffle_partitions(spark, STATE_PARTITIONS):
+    with with_conf(spark, {"spark.sql.shuffle.partitions": str(STATE_PARTITIONS)}):  # Spark copies it at the start
         return writer.start()
-
-
-@contextlib.contextmanager
-def _shuffle_partitions(spark: SparkSession, partitions: int) -> Iterator[None]:
-    """The session's ``spark.sql.shuffle.partitions`` as ``partitions`` while a query starts: the
-    query runs in a copy of the session's conf made as it starts, and the user's session gets its
-    own setting back."""
-    key = "spark.sql.shuffle.partitions"
-    before = spark.conf.get(key)
-    spark.conf.set(key, str(partitions))
-    try:
-        yield
-    finally:
-        if before is None:
-            spark.conf.unset(key)
-        else:
-            spark.conf.set(key, before)
 
 
 def stop_between_batches(query: StreamingQuery, timeout: float = 30.0) -> None:

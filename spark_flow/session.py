@@ -14,7 +14,7 @@ import contextlib
 import json
 import os
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, NoReturn
 
 from spark_flow.exceptions import ConfigurationError
@@ -64,6 +64,23 @@ def is_connect(spark: SparkSession) -> bool:
     mode, ``SparkSession.builder.remote``, ``spark-submit --remote``): no JVM on this side, so
     no ``sparkContext`` and no thread-local properties."""
     return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+@contextlib.contextmanager
+def with_conf(spark: SparkSession, conf: Mapping[str, str]) -> Iterator[None]:
+    """``spark``'s conf with ``conf`` set while the block runs, then as it was: a key set before
+    gets its value back, one that was not is unset again."""
+    before = {key: spark.conf.get(key, None) for key in conf}
+    for key, value in conf.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, was in before.items():
+            if was is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, was)
 
 
 def streaming_query(spark: SparkSession, name: str | None = None, *, required: bool = True) -> StreamingQuery | None:

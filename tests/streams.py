@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
@@ -23,18 +22,6 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 60.0, interval: f
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout}s")
         time.sleep(interval)
-
-
-@contextlib.contextmanager
-def spark_conf(spark: SparkSession, conf: Mapping[str, str]) -> Iterator[None]:
-    """The session's conf with ``conf`` set, as a job started with those ``--conf`` has it."""
-    for key, value in conf.items():
-        spark.conf.set(key, value)
-    try:
-        yield
-    finally:
-        for key in conf:
-            spark.conf.unset(key)
 
 
 def rate_messages(spark: SparkSession, producer: str, rows_per_second: int) -> DataFrame:

@@ -11,13 +11,14 @@ from pathlib import Path
 import pytest
 from invariants import assert_transitions_follow_thresholds
 from pyspark.sql import SparkSession
-from streams import is_held, spark_conf, start_consumer, start_producer, status_of, wait_for_looks, wait_until
+from streams import is_held, start_consumer, start_producer, status_of, wait_for_looks, wait_until
 
 from spark_flow.admin import FlowAdmin
 from spark_flow.controller import start_controller, stop_between_batches
 from spark_flow.declare import declare
 from spark_flow.exceptions import ConfigurationError, QueueNotFoundError, UnknownKeyError
 from spark_flow.queue import Queue
+from spark_flow.session import with_conf
 from spark_flow.sink import QueueSink
 from spark_flow.source import read_queue
 
@@ -93,7 +94,7 @@ def test_a_controller_keeps_its_state_in_two_partitions_whatever_the_session_s_s
     home, path = str(tmp_path / "home"), str(tmp_path / "q")
     declare(spark, path, SCHEMA)
     FlowAdmin(home).register(path)
-    with spark_conf(spark, {"spark.sql.shuffle.partitions": "5"}):
+    with with_conf(spark, {"spark.sql.shuffle.partitions": "5"}):
         controller = start_controller(spark, home, checkpoint_location=str(tmp_path / "controller"),
                                       trigger={"availableNow": True})
         assert spark.conf.get("spark.sql.shuffle.partitions") == "5"
@@ -210,7 +211,7 @@ def test_a_producer_with_conf_thresholds_and_a_controller_without_share_one_flow
     admin, base = controlled
     path = base / "walk"
     queue = declare_registered(spark, admin, path, "id BIGINT, producer STRING")
-    with spark_conf(spark, {"spark.flow.stopCount": "20", "spark.flow.resumeCount": "10"}):
+    with with_conf(spark, {"spark.flow.stopCount": "20", "spark.flow.resumeCount": "10"}):
         producer, _ = start_producer(spark, str(path), base / "walk_producer", "p", 40, options={"capacity": 10})
         wait_until(lambda: "flow.stopCount" in Queue(str(path)).properties(), 60)
     consumer = None

@@ -27,7 +27,7 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 from stores import Store
-from streams import is_held, spark_conf, start_producer, wait_until
+from streams import is_held, start_producer, wait_until
 
 from spark_flow.admin import FlowAdmin
 from spark_flow.cli import main
@@ -36,6 +36,7 @@ from spark_flow.exceptions import ConfigurationError, QueueNotFoundError
 from spark_flow.listener import FlowProgressListener
 from spark_flow.observation import observe
 from spark_flow.queue import HOME_PROPERTY, QUEUE_NAME, STATE_LOCATION, Queue
+from spark_flow.session import with_conf
 from spark_flow.sink import QueueSink
 from spark_flow.source import read_queue
 from spark_flow.storage import file_system, remove_location
@@ -94,7 +95,7 @@ def test_a_held_producer_ends_when_its_queue_is_deleted(spark: SparkSession, tmp
         queue = "events"
     else:
         queue = str(tmp_path / "queues" / "events")
-    with spark_conf(spark, {"spark.flow.home": home}):
+    with with_conf(spark, {"spark.flow.home": home}):
         handle = declare(spark, queue, SCHEMA, settings={"stopCount": 5, "resumeCount": 2})
     producer = _held(spark, queue, handle, tmp_path / "producer")
     if how == "command":
@@ -124,7 +125,7 @@ def test_consumers_and_producers_end_when_their_queue_is_deleted_and_guards_refu
     deletion removes nothing."""
     home = str(tmp_path / "home")
     orders, enriched = str(tmp_path / "orders"), str(tmp_path / "enriched")
-    with spark_conf(spark, {"spark.flow.home": home}):
+    with with_conf(spark, {"spark.flow.home": home}):
         queues = [declare(spark, path, SCHEMA) for path in (orders, enriched)]
     for path in (orders, enriched):
         QueueSink(path, app_id="seed")(spark.range(3).selectExpr("id", "'seed' AS producer"), 0)

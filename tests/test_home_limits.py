@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from invariants import assert_transitions_follow_thresholds
 from pyspark.sql import SparkSession
-from streams import drain, is_held, spark_conf, start_consumer, start_producer, wait_until
+from streams import drain, is_held, start_consumer, start_producer, wait_until
 
 from spark_flow.admin import FlowAdmin
 from spark_flow.cli import main
@@ -20,6 +20,7 @@ from spark_flow.exceptions import ConfigurationError, QueueFullError
 from spark_flow.gate import Gate
 from spark_flow.homeflow import HOME_QUEUE, HOME_ROW, open_home
 from spark_flow.queue import open_queue
+from spark_flow.session import with_conf
 from spark_flow.sink import QueueSink
 
 SCHEMA = "id BIGINT, producer STRING"
@@ -32,7 +33,7 @@ def test_two_queues_under_their_own_stop_held_by_the_home_and_released_under_its
     and the home's depth stays <= 120 + 20 + 20. Consumers drain the home under 60: both
     producers go on. The controller shows the home's row; every message arrives once."""
     home, a, b = str(tmp_path / "home"), str(tmp_path / "a"), str(tmp_path / "b")
-    with spark_conf(spark, {"spark.flow.home": home, "spark.flow.homeStopCount": "120",
+    with with_conf(spark, {"spark.flow.home": home, "spark.flow.homeStopCount": "120",
                             "spark.flow.homeResumeCount": "60"}):
         queue_a = declare(spark, a, SCHEMA, settings={"stopCount": 100, "resumeCount": 50})
         queue_b = declare(spark, b, SCHEMA, settings={"stopCount": 100, "resumeCount": 50})
@@ -95,17 +96,17 @@ def test_a_bad_home_limit_fails_before_any_data_moves(spark: SparkSession, tmp_p
     has it fails at its first batch before anything is written; a negative limit names its key."""
     home, path = str(tmp_path / "home"), str(tmp_path / "q")
     bad = {"spark.flow.home": home, "spark.flow.homeStopCount": "100", "spark.flow.homeResumeCount": "200"}
-    with spark_conf(spark, bad), pytest.raises(ConfigurationError, match=r"spark.flow.homeResumeCount='200'.*"
+    with with_conf(spark, bad), pytest.raises(ConfigurationError, match=r"spark.flow.homeResumeCount='200'.*"
                                                                          r"<= spark.flow.homeStopCount=100"):
         declare(spark, path, SCHEMA)
     assert not (tmp_path / "q").exists()
 
-    with spark_conf(spark, {"spark.flow.home": home}):
+    with with_conf(spark, {"spark.flow.home": home}):
         queue = declare(spark, path, SCHEMA)
     batch = spark.range(5).selectExpr("id", "'p' AS producer")
-    with spark_conf(spark, bad), pytest.raises(ConfigurationError, match=r"spark\.flow\.homeResumeCount='200'"):
+    with with_conf(spark, bad), pytest.raises(ConfigurationError, match=r"spark\.flow\.homeResumeCount='200'"):
         QueueSink(path, app_id="bad-home")(batch, 0)
-    with spark_conf(spark, {"spark.flow.homeStopCount": "-1"}), pytest.raises(
+    with with_conf(spark, {"spark.flow.homeStopCount": "-1"}), pytest.raises(
             ConfigurationError, match=r"spark.flow.homeStopCount='-1' is not valid"):
         QueueSink(path, app_id="negative-home")(batch, 0)
     assert spark.read.format("delta").load(path).count() == 0
@@ -116,7 +117,7 @@ def test_a_gate_of_a_home_without_limits_reads_no_other_queue(spark: SparkSessio
     """No home limit: a gate looks at its own queue only. With one, it reads the home's other
     queues, only their new commits."""
     home, a, b = str(tmp_path / "home"), str(tmp_path / "a"), str(tmp_path / "b")
-    with spark_conf(spark, {"spark.flow.home": home}):
+    with with_conf(spark, {"spark.flow.home": home}):
         queue_a = declare(spark, a, SCHEMA)
         declare(spark, b, SCHEMA)
     spark.range(3).selectExpr("id", "'p' AS producer").write.format("delta").mode("append").save(b)

@@ -8,7 +8,6 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
-from streams import spark_conf
 
 from spark_flow.batch import message_size
 from spark_flow.conf_record import record_queue_conf
@@ -22,6 +21,7 @@ from spark_flow.exceptions import (
 )
 from spark_flow.ledger import Depth
 from spark_flow.queue import Queue
+from spark_flow.session import with_conf
 from spark_flow.sink import QueueSink
 
 SCHEMA = "id BIGINT, body STRING"
@@ -116,7 +116,7 @@ def test_conf_settings_are_recorded_where_the_queue_has_none(spark: SparkSession
     path = str(tmp_path / "events")
     conf = {"spark.flow.stopCount": "500", "spark.flow.resumeCount": "300", "spark.flow.queues.ev*.stopSize": "1k",
             "spark.flow.queues.events.stallTimeout": "5s"}
-    with spark_conf(spark, conf):
+    with with_conf(spark, conf):
         declare(spark, path, SCHEMA, settings={"resumeCount": 200})
     properties = {k: v for k, v in Queue(path).properties().items() if k.startswith("flow.") and "Location" not in k}
     assert properties == {"flow.queueName": "events", "flow.stopCount": "500", "flow.resumeCount": "200",

@@ -13,7 +13,7 @@ from processes import ROOT
 from pyspark.sql import SparkSession
 
 from spark_flow.keys import session_flow_conf
-from spark_flow.session import DELTA_PACKAGE, get_spark
+from spark_flow.session import DELTA_PACKAGE, get_spark, with_conf
 
 
 def test_session_has_delta_and_the_running_interpreter(spark: SparkSession) -> None:
@@ -40,6 +40,16 @@ def test_existing_session_is_returned_unchanged(spark: SparkSession) -> None:
     again = get_spark({"spark.sql.shuffle.partitions": "99", "spark.master": "local[1]"})
     assert again is spark
     assert spark.conf.get("spark.sql.shuffle.partitions") == "2"
+
+
+def test_conf_set_for_a_block_is_as_it_was_after_it(spark: SparkSession) -> None:
+    """``with_conf``: a key set before the block has its value back, one not set before is unset
+    again (a test that left the session's shuffle partitions at Spark's 200 made every later
+    test's shuffle 200 tasks)."""
+    with with_conf(spark, {"spark.sql.shuffle.partitions": "5", "spark.flow.stopCount": "3"}):
+        assert (spark.conf.get("spark.sql.shuffle.partitions"), spark.conf.get("spark.flow.stopCount")) == ("5", "3")
+    assert spark.conf.get("spark.sql.shuffle.partitions") == "2"
+    assert spark.conf.get("spark.flow.stopCount", None) is None
 
 
 def test_session_flow_conf_reads_exactly_the_spark_flow_keys_set_now(spark: SparkSession) -> None:
