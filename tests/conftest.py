@@ -3,7 +3,8 @@ archive and one compiled PySpark shared by every JVM and Python worker the suite
 suite's tiers: a test that starts another process (a Spark application, a server, the CLI, a
 fresh interpreter) is marked ``processes``, one that uses the session ``spark``; ``make check``
 runs the others. ``make test`` runs two xdist workers: the ``processes`` tests one at a time on
-one of them (their group), everything else on the other."""
+one of them (their group), everything else on the other (with the short ``processes`` tests and
+the kill -9 trials of producer and consumer, which kept that worker's end 2 minutes ahead)."""
 
 from __future__ import annotations
 
@@ -139,8 +140,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark what the tiers need: ``spark`` on every test that uses the suite's session, and
     ``processes`` on every test that uses a server (directly or through an object ``store``) or
     is marked ``short_processes``. The ``processes`` tests are one xdist group, one at a time on
-    one worker, but for the ``short_processes`` ones: short commands that start no Spark
-    application or server and wait for no time, run beside the group like any other test. Every
+    one worker, but for the ``short_processes`` ones (short commands that start no Spark
+    application or server and wait for no time) and the ``beside_group`` one (the producer
+    and consumer kill -9 trials), which run beside the group like any other test. Every
     other test is the ``session`` group, on the other worker: none is left to the group's worker
     after the group. The group's ``mostly_waiting`` tests run first: beside the other worker's
     tests they cost little, and at the end, alone, they left a core idle."""
@@ -152,7 +154,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         short = item.get_closest_marker("short_processes") is not None
         if names & SERVERS or param != "local" or short:
             item.add_marker(pytest.mark.processes)
-        if item.get_closest_marker("processes") is not None and not short:  # one at a time: 2 cores, timed waits
+        beside = short or item.get_closest_marker("beside_group") is not None
+        if item.get_closest_marker("processes") is not None and not beside:  # one at a time: 2 cores, timed waits
             item.add_marker(pytest.mark.xdist_group("processes"))
         else:
             item.add_marker(pytest.mark.xdist_group("session"))

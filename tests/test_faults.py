@@ -163,6 +163,7 @@ class Housekeeper:
 
 
 @pytest.mark.processes
+@pytest.mark.beside_group
 def test_kill_9_producer_and_consumer_at_random_points_delivers_exactly_once(
         spark: SparkSession, tmp_path: Path, children: list[Child]) -> None:
     """Stop 60 / resume 30, producer capacity 25 (chunks of 25 between gate looks), 400 ids in

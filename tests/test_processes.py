@@ -54,7 +54,8 @@ def test_the_processes_tests_are_one_xdist_group_and_the_others_another(request:
     worker and every other test on the other: each node id carries its group. pytest 9.2 dropped
     the groups without a word (pytest-xdist#1386), and two multi-process cases at once made timed
     waits fail; a test outside both groups could be left to the group's worker, after the group.
-    The group's ``mostly_waiting`` tests come first, beside the other worker's tests."""
+    The group's ``mostly_waiting`` tests come first, beside the other worker's tests; the
+    ``beside_group`` ones run on the other worker."""
     if not getattr(request.config.option, "loadgroup", False):  # set in xdist's workers
         pytest.skip("runs under --dist loadgroup (make test)")
     groups = {item.nodeid: item.nodeid.rsplit("@", 1)[-1] for item in request.session.items}
@@ -63,6 +64,8 @@ def test_the_processes_tests_are_one_xdist_group_and_the_others_another(request:
     group = [item for item in request.session.items if groups[item.nodeid] == "processes"]
     waiting = [item.get_closest_marker("mostly_waiting") is not None for item in group]
     assert waiting == sorted(waiting, reverse=True), [item.nodeid for item in group][:5]
+    beside = [item.nodeid for item in request.session.items if item.get_closest_marker("beside_group")]
+    assert beside and all(groups[nodeid] == "session" for nodeid in beside), beside
 
 
 def test_a_job_not_ended_in_time_is_killed_whole_and_fails_with_what_it_printed(tmp_path: Path) -> None:
