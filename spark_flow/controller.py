@@ -43,10 +43,10 @@ log = logging.getLogger("spark_flow.controller")
 #: The partitions of the controller's state (a row per queue and subscription). Spark gives a
 #: stateful query the session's ``spark.sql.shuffle.partitions`` when it first starts (a
 #: cluster's default is 200), and each partition is a state store task and a Python worker in
-#: every look. Two split the state's work of thousands of queues, and cost no more than one for a
-#: few (bench/controller.py, 2 cores: 0.96 s a look at 1,000 queues, 1.18 with one partition,
-#: 1.34 with eight; with eight, twice the CPU of two up to 100 queues). A checkpoint keeps the
-#: number it was started with.
+#: every look. Two split the state's work of thousands of queues, and cost about what one does
+#: for a few (bench/controller.py, 2 cores: 0.96 s a look at 1,000 queues, 1.18 with one
+#: partition, 1.34 with eight; with eight, twice the CPU of two up to 100 queues). A checkpoint
+#: keeps the number it was started with.
 STATE_PARTITIONS = 2
 
 
