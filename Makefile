@@ -45,10 +45,11 @@ $(GCS_SERVER): tests/gcs/main.go tests/gcs/go.mod tests/gcs/go.sum
 $(GCS_CONNECTOR):
 	mvn -q dependency:get -Dartifact=com.google.cloud.bigdataoss:gcs-connector:$(GCS_CONNECTOR_VERSION):jar:shaded -Dtransitive=false
 
-# Static checks: style, then types (strict on spark_flow/).
+# Static checks: style, types (strict on spark_flow/), then the layers' contracts (pyproject.toml).
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports --no-cache
 
 # The inner loop: the static checks and every test that needs no other process: no Spark (a
 # session is a JVM and its Python workers), no server, no job; see the README's "Tests".

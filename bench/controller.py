@@ -27,9 +27,9 @@ from typing import TYPE_CHECKING
 from _report import figure, local_conf, machine, parser, write_report
 
 from spark_flow import controller, declare, get_spark
-from spark_flow.admin import FlowAdmin
-from spark_flow.home import Registry
-from spark_flow.queue import Queue
+from spark_flow.flow.queue import Queue
+from spark_flow.ops.admin import FlowAdmin
+from spark_flow.records.home import Registry
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

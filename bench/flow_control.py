@@ -144,7 +144,7 @@ def run_variant(spark: SparkSession, name: str, base: Path, args: argparse.Names
     """Run one variant end to end; return its samples and summary."""
     from deltalake import DeltaTable
 
-    from spark_flow.ledger import Ledger
+    from spark_flow.store.ledger import Ledger
 
     root = base / name
     source, queue_path, output = str(root / "source"), str(root / "queue"), str(root / "output")

@@ -24,7 +24,7 @@ from typing import Any
 from _report import figure, local_conf, machine, parser, write_report
 
 from spark_flow import QueueSink, declare, get_spark
-from spark_flow.ledger import METADATA_KEY
+from spark_flow.rules.depth import METADATA_KEY
 
 SCHEMA = "id BIGINT, body STRING"
 MESSAGE_BYTES = 100  # 8 for id, 92 of body

@@ -52,7 +52,7 @@ def append_commits(path: str, commits: int, rows: int, first_id: int = 0) -> Non
     import pyarrow as pa
     from deltalake import CommitProperties, write_deltalake
 
-    from spark_flow.ledger import METADATA_KEY
+    from spark_flow.rules.depth import METADATA_KEY
 
     for i in range(commits):
         start = first_id + i * rows
@@ -118,7 +118,7 @@ def producers_seen(path: str) -> dict[str, int]:
     """Commits per producer (the sink's ``txnAppId``) in the queue's log."""
     from deltalake import DeltaTable
 
-    from spark_flow.ledger import METADATA_KEY
+    from spark_flow.rules.depth import METADATA_KEY
 
     seen: dict[str, int] = {}
     for info in DeltaTable(path).history():

@@ -27,8 +27,8 @@ from _report import figure, machine, parser, write_report
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from homes import enqueue, http, look_as_a_producer, make_queue, serving
 
-from spark_flow.home import Registry
-from spark_flow.queue import Queue
+from spark_flow.flow.queue import Queue
+from spark_flow.records.home import Registry
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from spark_flow import ConfigurationError, FlowProgress, FlowProgressListener, SparkFlowError, get_spark
-from spark_flow.keys import flow_conf, session_flow_conf
-from spark_flow.session import exit_process, is_connect, still_active, streaming_query
-from spark_flow.units import DURATIONS, parse_duration, parse_size
+from spark_flow.rules.keys import flow_conf
+from spark_flow.rules.units import DURATIONS, parse_duration, parse_size
+from spark_flow.spark.session import exit_process, is_connect, session_flow_conf, still_active, streaming_query
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -53,9 +53,9 @@ from _common import (
 )
 
 from spark_flow import DeadLetters, FlowProgress, Queue, open_queue, read_queue
-from spark_flow.declare import queue_location
-from spark_flow.keys import check_conf
-from spark_flow.storage import session_storage_options
+from spark_flow.rules.keys import check_conf
+from spark_flow.spark.declare import queue_location
+from spark_flow.spark.session import session_storage_options
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

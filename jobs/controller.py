@@ -30,9 +30,9 @@ from typing import TYPE_CHECKING
 from _common import INTERRUPTED, HelpFormatter, emit, interval, main_guard, positive_float, start_session
 
 from spark_flow import ConfigurationError, FlowAdmin, start_controller, stop_between_batches
-from spark_flow.home import HOME_CONF
-from spark_flow.keys import check_conf, session_flow_conf
-from spark_flow.storage import session_storage_options
+from spark_flow.records.home import HOME_CONF
+from spark_flow.rules.keys import check_conf
+from spark_flow.spark.session import session_flow_conf, session_storage_options
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -20,7 +20,7 @@ from pathlib import Path
 from _common import SlowConsumer, local_conf
 
 from spark_flow import FlowAdmin, QueueSink, declare, get_spark, read_queue, start_controller, stop_between_batches
-from spark_flow.storage import session_storage_options
+from spark_flow.spark.session import session_storage_options
 
 STOP, RESUME, CAPACITY = 300, 150, 200
 CONSUMER_RATE = 40  # messages a second: the consumer works 25 ms on each
@@ -33,7 +33,7 @@ def main() -> None:
     args = parser.parse_args()
     base = Path(args.dir or tempfile.mkdtemp(prefix="spark-flow-demo-")).resolve()
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("spark_flow.gate").setLevel(logging.INFO)
+    logging.getLogger("spark_flow.flow.gate").setLevel(logging.INFO)
     logging.getLogger("py4j").setLevel(logging.CRITICAL)  # a producer stopped mid-write is expected here
 
     home = str(base / "flow")

@@ -68,13 +68,13 @@ from spark_flow import (
     open_queue,
     read_queue,
 )
-from spark_flow.batch import conform
-from spark_flow.conf_record import record_queue_conf
-from spark_flow.config import producer_settings
-from spark_flow.declare import queue_location
-from spark_flow.keys import ON_FULL, check_conf, session_flow_conf
-from spark_flow.names import queue_name
-from spark_flow.storage import session_storage_options
+from spark_flow.flow.conf_record import record_queue_conf
+from spark_flow.rules.keys import ON_FULL, check_conf
+from spark_flow.rules.names import queue_name
+from spark_flow.rules.settings import producer_settings
+from spark_flow.spark.batch import conform
+from spark_flow.spark.declare import queue_location
+from spark_flow.spark.session import session_flow_conf, session_storage_options
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

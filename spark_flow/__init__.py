@@ -4,11 +4,7 @@ Delta tables are queues; producers are held back when a queue's depth crosses it
 threshold and go on when it falls under the resume threshold, as message brokers do.
 """
 
-from spark_flow.admin import FlowAdmin
-from spark_flow.config import ProducerSettings, QueueSettings
-from spark_flow.controller import start_controller, stop_between_batches
-from spark_flow.dead_letters import DeadLetters
-from spark_flow.declare import declare, purge_acknowledged
+from spark_flow.controller.query import start_controller, stop_between_batches
 from spark_flow.exceptions import (
     ConfigurationError,
     DeadLetterLimitError,
@@ -30,15 +26,19 @@ from spark_flow.exceptions import (
     SubscriptionNotFoundError,
     UnknownKeyError,
 )
-from spark_flow.ledger import Depth
-from spark_flow.listener import FlowProgress, FlowProgressListener
-from spark_flow.queue import Queue, open_queue
-from spark_flow.session import get_spark
-from spark_flow.sink import QueueSink, enqueue_stream
-from spark_flow.source import FlowQueueDataSource, read_queue
-from spark_flow.state import Thresholds
-from spark_flow.storage import storage_options
-from spark_flow.subscriptions import Subscription
+from spark_flow.flow.queue import Queue, open_queue
+from spark_flow.ops.admin import FlowAdmin
+from spark_flow.records.subscriptions import Subscription
+from spark_flow.rules.depth import Depth
+from spark_flow.rules.settings import ProducerSettings, QueueSettings
+from spark_flow.rules.state import Thresholds
+from spark_flow.rules.storage_options import storage_options
+from spark_flow.spark.dead_letters import DeadLetters
+from spark_flow.spark.declare import declare, purge_acknowledged
+from spark_flow.spark.listener import FlowProgress, FlowProgressListener
+from spark_flow.spark.session import get_spark
+from spark_flow.spark.sink import QueueSink, enqueue_stream
+from spark_flow.spark.source import FlowQueueDataSource, read_queue
 
 __all__ = [
     "ConfigurationError",

@@ -19,12 +19,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from spark_flow.admin import FlowAdmin
-from spark_flow.commands import ALL_QUEUES
+from spark_flow.console.serve import DEFAULT_BIND, DEFAULT_PORT, TOKEN_ENV
 from spark_flow.exceptions import ConfigurationError, SparkFlowError, StorageAccessError, one_line
-from spark_flow.home import HOME_CONF
-from spark_flow.serve import DEFAULT_BIND, DEFAULT_PORT, TOKEN_ENV
-from spark_flow.storage import access_error, as_conf, storage_options
+from spark_flow.ops.admin import FlowAdmin
+from spark_flow.records.commands import ALL_QUEUES
+from spark_flow.records.home import HOME_CONF
+from spark_flow.rules.storage_options import as_conf, storage_options
+from spark_flow.store.access import access_error
 
 HOME_ENV = "SPARK_FLOW_HOME"
 
@@ -134,13 +135,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; errors print one line naming what was wrong and return 2.
 
     Run as the ``spark-flow`` script (no ``argv``), it ends the process itself with that
-    status (0 done, 1 storage failed or a doctor check did, 2 refused) through :func:`~spark_flow.session.exit_process`: an interpreter
+    status (0 done, 1 storage failed or a doctor check did, 2 refused) through :func:`~spark_flow.spark.session.exit_process`: an interpreter
     that used deltalake can abort at exit (delta-io/delta-rs#2184), which would turn either
     status into 134, and scripts and schedulers read it.
     """
     if argv is not None:
         return _main(argv)
-    from spark_flow.session import exit_process
+    from spark_flow.spark.session import exit_process
 
     try:
         status = _main(None)
@@ -234,7 +235,7 @@ def _run(admin: FlowAdmin, args: argparse.Namespace, conf: dict[str, str]) -> No
 
 
 def _serve(admin: FlowAdmin, args: argparse.Namespace) -> None:
-    from spark_flow.serve import serve, serve_options
+    from spark_flow.console.serve import serve, serve_options
 
     token = os.environ.get(TOKEN_ENV) or None
     if args.token_file:
@@ -255,8 +256,8 @@ def _serve(admin: FlowAdmin, args: argparse.Namespace) -> None:
 
 
 def _declare(admin: FlowAdmin, queue: str, schema: str | None, settings: dict[str, str], conf: dict[str, str]) -> None:
-    from spark_flow.declare import declare
-    from spark_flow.session import get_spark
+    from spark_flow.spark.declare import declare
+    from spark_flow.spark.session import get_spark
 
     spark = get_spark({**conf, HOME_CONF: admin.home})
     handle = declare(spark, queue, schema, settings=settings)
@@ -265,8 +266,8 @@ def _declare(admin: FlowAdmin, queue: str, schema: str | None, settings: dict[st
 
 
 def _doctor(home: str, queues: Sequence[str], conf: dict[str, str]) -> int:
-    from spark_flow.doctor import report, run_checks
-    from spark_flow.session import get_spark, is_connect
+    from spark_flow.ops.doctor import report, run_checks
+    from spark_flow.spark.session import get_spark, is_connect
 
     spark = get_spark({**conf, HOME_CONF: home})
     if not is_connect(spark):  # a Connect server's log is the server's

@@ -23,7 +23,7 @@ from _common import local_conf
 from pyspark.sql import SparkSession
 from stores import Store
 
-from spark_flow.session import get_spark
+from spark_flow.spark.session import get_spark
 
 TEST_CONF = {**local_conf(2), "spark.app.name": "spark-flow-tests", "spark.pyspark.python": sys.executable}
 

@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 
 from spark_flow import get_spark, read_queue
-from spark_flow.controller import start_controller
-from spark_flow.session import exit_process
+from spark_flow.controller.query import start_controller
+from spark_flow.spark.session import exit_process
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "jobs"))  # as pytest's pythonpath
 from _common import local_conf

@@ -1,7 +1,7 @@
 """Homes and queues made without Spark, for tests of what reads them (metrics, the console,
 ``spark-flow why``): a queue table written by deltalake with the properties ``declare`` gives
 it, its subscriptions, and appends that record their count and size as the sink does. Flow
-transitions are recorded by a real gate (:class:`~spark_flow.gate.Gate`), as a producer's.
+transitions are recorded by a real gate (:class:`~spark_flow.flow.gate.Gate`), as a producer's.
 And ``spark-flow serve`` run in this process, with a plain HTTP client."""
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from urllib.request import Request, urlopen
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 
-from spark_flow.gate import Gate, GateStatus
-from spark_flow.home import Registry
-from spark_flow.ledger import METADATA_KEY
-from spark_flow.queue import HOME_PROPERTY, QUEUE_NAME, STATE_LOCATION, Queue, open_queue
-from spark_flow.serve import FlowServer, serve_options
+from spark_flow.console.serve import FlowServer, serve_options
+from spark_flow.flow.gate import Gate, GateStatus
+from spark_flow.flow.queue import HOME_PROPERTY, QUEUE_NAME, STATE_LOCATION, Queue, open_queue
+from spark_flow.records.home import Registry
+from spark_flow.rules.depth import METADATA_KEY
 
 SCHEMA = pa.schema([("id", pa.int64()), ("body", pa.string())])
 

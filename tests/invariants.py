@@ -3,7 +3,7 @@ that drive queues different ways (in the suite's session, through the README's j
 
 from __future__ import annotations
 
-from spark_flow.state import Thresholds
+from spark_flow.rules.state import Thresholds
 
 
 def assert_transitions_follow_thresholds(transitions: list[dict[str, object]]) -> None:

@@ -15,7 +15,7 @@ from typing import IO
 from _common import ROOT, start_job
 from streams import wait_until
 
-from spark_flow.queue import Queue
+from spark_flow.flow.queue import Queue
 
 __all__ = ["ROOT", "Terminal", "ctrl_c_once_held", "failure", "in_terminal", "progress", "spark_submit", "warnings"]
 

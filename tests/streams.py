@@ -9,10 +9,10 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from spark_flow.admin import FlowAdmin
-from spark_flow.queue import Queue
-from spark_flow.sink import QueueSink
-from spark_flow.source import read_queue
+from spark_flow.flow.queue import Queue
+from spark_flow.ops.admin import FlowAdmin
+from spark_flow.spark.sink import QueueSink
+from spark_flow.spark.source import read_queue
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float = 60.0, interval: float = 0.25) -> None:

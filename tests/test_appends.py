@@ -13,11 +13,11 @@ from chispa import assert_df_equality
 from deltalake import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 
-from spark_flow.appends import DirectAppender, direct_append_refusal
-from spark_flow.batch import TXN_SPAN
-from spark_flow.declare import declare, purge_acknowledged
-from spark_flow.ledger import METADATA_KEY, Position
-from spark_flow.sink import QueueSink
+from spark_flow.rules.depth import METADATA_KEY, Position
+from spark_flow.spark.batch import TXN_SPAN
+from spark_flow.spark.declare import declare, purge_acknowledged
+from spark_flow.spark.sink import QueueSink
+from spark_flow.store.appends import DirectAppender, direct_append_refusal
 
 SCHEMA = "id BIGINT, body STRING"
 

@@ -25,7 +25,6 @@ from deltalake import DeltaTable
 from pyspark.errors import AnalysisException, StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 
-from spark_flow.declare import declare, purge_acknowledged
 from spark_flow.exceptions import (
     ConfigurationError,
     PositionOutOfRangeError,
@@ -36,9 +35,10 @@ from spark_flow.exceptions import (
     SubscriptionNotFoundError,
     UnknownKeyError,
 )
-from spark_flow.queue import Queue
-from spark_flow.sink import QueueSink
-from spark_flow.source import FlowQueueDataSource, read_queue
+from spark_flow.flow.queue import Queue
+from spark_flow.spark.declare import declare, purge_acknowledged
+from spark_flow.spark.sink import QueueSink
+from spark_flow.spark.source import FlowQueueDataSource, read_queue
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -316,7 +316,7 @@ CASES = [
     case("sink into non-Delta files", sink_to(lambda w: w.parquet), QueueNotFoundError,
          "not found: there is no Delta table at this location"),
     case("sink into a Delta table not declared", sink_to(lambda w: w.plain), QueueNotFoundError,
-         re.escape("not found: this Delta table is not declared as a queue (spark_flow.declare)")),
+         re.escape("not found: this Delta table is not declared as a queue (spark_flow.spark.declare)")),
     case("sink into an unknown catalog table", sink_to(lambda w: "no_such_queue_table"), QueueNotFoundError,
          "queue 'no_such_queue_table' not found: no such table in the catalog"),
     case("Queue handle on a missing path", lambda w: Queue(str(w.tmp / "nowhere")), QueueNotFoundError,
@@ -504,7 +504,7 @@ def test_bad_input_fails_clearly_and_changes_nothing(spark: SparkSession, per_ca
 
 def test_every_key_with_a_parser_that_can_refuse_has_a_bad_conf_case() -> None:
     """The table covers every spark.flow.* key (``home`` takes any location)."""
-    from spark_flow.keys import KEYS
+    from spark_flow.rules.keys import KEYS
 
     covered = {key for key, _value, _allowed in CONF_VALUES}
     assert set(KEYS) - covered == {"home"}

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from spark_flow.admin import FlowAdmin
 from spark_flow.cli import main
-from spark_flow.homeflow import HomeFlow
-from spark_flow.state import Thresholds
-from spark_flow.status import append_history
+from spark_flow.flow.homeflow import HomeFlow
+from spark_flow.ops.admin import FlowAdmin
+from spark_flow.records.status import append_history
+from spark_flow.rules.state import Thresholds
 
 
 @pytest.fixture

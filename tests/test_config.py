@@ -9,7 +9,9 @@ from typing import Any
 
 import pytest
 
-from spark_flow.config import (
+from spark_flow.exceptions import ConfigurationError, QueueSettingError, UnknownKeyError
+from spark_flow.rules.keys import check_conf, conf_settings, pattern_matches, split_options
+from spark_flow.rules.settings import (
     ProducerSettings,
     QueueSettings,
     default_thresholds,
@@ -17,10 +19,8 @@ from spark_flow.config import (
     producer_settings,
     queue_settings,
 )
-from spark_flow.exceptions import ConfigurationError, QueueSettingError, UnknownKeyError
-from spark_flow.keys import check_conf, conf_settings, pattern_matches, split_options
-from spark_flow.state import FlowState, Thresholds
-from spark_flow.units import parse_duration, parse_size
+from spark_flow.rules.state import FlowState, Thresholds
+from spark_flow.rules.units import parse_duration, parse_size
 
 
 def recorded(queue: str, conf: Mapping[str, Any]) -> QueueSettings:

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.processes
 CLIENT = textwrap.dedent("""
     import sys
     from spark_flow import QueueSink, declare, get_spark
-    from spark_flow.session import exit_process
+    from spark_flow.spark.session import exit_process
 
     base = sys.argv[1]
     spark = get_spark()
@@ -84,7 +84,7 @@ ENDING_CLIENT = textwrap.dedent("""
     import sys
     import threading
     from spark_flow import FlowProgressListener, get_spark
-    from spark_flow.session import exit_process
+    from spark_flow.spark.session import exit_process
 
 
     class Lingering:
@@ -115,7 +115,7 @@ ENDING_CLIENT = textwrap.dedent("""
 HOLDING_CLIENT = textwrap.dedent("""
     import threading
     from spark_flow import FlowProgressListener, get_spark
-    from spark_flow.session import close_before_stop, exit_process
+    from spark_flow.spark.session import close_before_stop, exit_process
 
     holding, ending = threading.Event(), threading.Event()
 

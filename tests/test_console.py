@@ -14,7 +14,7 @@ from homes import enqueue, look_as_a_producer, make_queue, serving
 from pages import classes, click, rows, shown, wait
 from selenium.webdriver.common.by import By
 
-from spark_flow.admin import FlowAdmin
+from spark_flow.ops.admin import FlowAdmin
 
 TOKEN = "a-token-of-thirty-two-characters"
 

@@ -13,14 +13,14 @@ from invariants import assert_transitions_follow_thresholds
 from pyspark.sql import SparkSession
 from streams import is_held, start_consumer, start_producer, status_of, wait_for_looks, wait_until
 
-from spark_flow.admin import FlowAdmin
-from spark_flow.controller import start_controller, stop_between_batches
-from spark_flow.declare import declare
+from spark_flow.controller.query import start_controller, stop_between_batches
 from spark_flow.exceptions import ConfigurationError, QueueNotFoundError, UnknownKeyError
-from spark_flow.queue import Queue
-from spark_flow.session import with_conf
-from spark_flow.sink import QueueSink
-from spark_flow.source import read_queue
+from spark_flow.flow.queue import Queue
+from spark_flow.ops.admin import FlowAdmin
+from spark_flow.spark.declare import declare
+from spark_flow.spark.session import with_conf
+from spark_flow.spark.sink import QueueSink
+from spark_flow.spark.source import read_queue
 
 SCHEMA = "id BIGINT, body STRING"
 

@@ -15,15 +15,15 @@ from pyspark.sql.streaming import StreamingQuery
 from streams import is_held, wait_until
 from test_readme import python_blocks
 
-from spark_flow.admin import FlowAdmin
-from spark_flow.dead_letters import DeadLetters
-from spark_flow.declare import declare
 from spark_flow.exceptions import QueueFullError
-from spark_flow.ledger import Depth, Position
-from spark_flow.queue import Queue
-from spark_flow.sink import QueueSink
-from spark_flow.source import read_queue
-from spark_flow.state import Thresholds
+from spark_flow.flow.queue import Queue
+from spark_flow.ops.admin import FlowAdmin
+from spark_flow.rules.depth import Depth, Position
+from spark_flow.rules.state import Thresholds
+from spark_flow.spark.dead_letters import DeadLetters
+from spark_flow.spark.declare import declare
+from spark_flow.spark.sink import QueueSink
+from spark_flow.spark.source import read_queue
 
 SCHEMA = "id BIGINT, body STRING"
 

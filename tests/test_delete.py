@@ -29,17 +29,17 @@ from pyspark.sql.streaming import StreamingQuery
 from stores import Store
 from streams import is_held, start_producer, wait_until
 
-from spark_flow.admin import FlowAdmin
 from spark_flow.cli import main
-from spark_flow.declare import declare
+from spark_flow.controller.observation import observe
 from spark_flow.exceptions import ConfigurationError, QueueNotFoundError
-from spark_flow.listener import FlowProgressListener
-from spark_flow.observation import observe
-from spark_flow.queue import HOME_PROPERTY, QUEUE_NAME, STATE_LOCATION, Queue
-from spark_flow.session import with_conf
-from spark_flow.sink import QueueSink
-from spark_flow.source import read_queue
-from spark_flow.storage import file_system, remove_location
+from spark_flow.flow.queue import HOME_PROPERTY, QUEUE_NAME, STATE_LOCATION, Queue
+from spark_flow.ops.admin import FlowAdmin
+from spark_flow.spark.declare import declare
+from spark_flow.spark.listener import FlowProgressListener
+from spark_flow.spark.session import with_conf
+from spark_flow.spark.sink import QueueSink
+from spark_flow.spark.source import read_queue
+from spark_flow.store.access import file_system, remove_location
 
 SCHEMA = "id BIGINT, producer STRING"
 FAST = {"capacity": 10, "pollInterval": "200ms"}  # a held producer looks at its queue 5 times a second
@@ -251,7 +251,7 @@ def test_controller_and_listener_stop_looking_at_a_gone_queue(tmp_path: Path, ca
         assert listener.in_flight("query", datetime.now(UTC)) == []
         assert listener.in_flight("query", datetime.now(UTC)) == []
         assert observe({"events": queue.path}, {}) == []
-    gone = [r.getMessage() for r in caplog.records if r.name == "spark_flow.listener"]
+    gone = [r.getMessage() for r in caplog.records if r.name == "spark_flow.spark.listener"]
     assert len(gone) == 1 and "queue 'events' not found: its table at" in gone[0]
     assert not os.path.exists(queue.path)
 

@@ -22,8 +22,9 @@ from servers import free_port
 from stores import s3_conf
 from test_readme import BIN, README, bash_blocks
 
-from spark_flow.doctor import Check, run_checks
-from spark_flow.storage import file_system, storage_options
+from spark_flow.ops.doctor import Check, run_checks
+from spark_flow.rules.storage_options import storage_options
+from spark_flow.store.access import file_system
 
 pytestmark = pytest.mark.processes
 

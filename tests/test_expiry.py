@@ -8,10 +8,10 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from spark_flow.declare import declare
-from spark_flow.gate import Gate
-from spark_flow.sink import QueueSink
-from spark_flow.source import read_queue
+from spark_flow.flow.gate import Gate
+from spark_flow.spark.declare import declare
+from spark_flow.spark.sink import QueueSink
+from spark_flow.spark.source import read_queue
 
 SCHEMA = "id BIGINT, body STRING"
 

@@ -31,11 +31,11 @@ from _common import start_job
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
-from spark_flow.admin import FlowAdmin
-from spark_flow.declare import declare, purge_acknowledged
-from spark_flow.home import control_path
-from spark_flow.queue import Queue
-from spark_flow.sink import QueueSink
+from spark_flow.flow.queue import Queue
+from spark_flow.ops.admin import FlowAdmin
+from spark_flow.records.home import control_path
+from spark_flow.spark.declare import declare, purge_acknowledged
+from spark_flow.spark.sink import QueueSink
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -397,7 +397,7 @@ def test_concurrent_producers_and_acknowledgements_retry_and_lose_nothing(spark:
     latest = queue.refresh()
     for name in ("default", "audit"):
         queue.acknowledge(name, latest)
-    from spark_flow.gate import Gate
+    from spark_flow.flow.gate import Gate
 
     Gate(queue).observe()  # records the final transitions to OFF
     total_stops = 0

@@ -9,8 +9,8 @@ from invariants import assert_transitions_follow_thresholds
 from pyspark.sql import SparkSession
 from streams import drain, is_held, start_consumer, start_producer, wait_until
 
-from spark_flow.declare import declare
-from spark_flow.source import read_queue
+from spark_flow.spark.declare import declare
+from spark_flow.spark.source import read_queue
 
 SCHEMA = "id BIGINT, producer STRING"
 

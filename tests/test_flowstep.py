@@ -8,8 +8,8 @@ from pathlib import Path
 
 from deltalake import DeltaTable
 
-from spark_flow.flowstep import ControllerState, step
-from spark_flow.status import append_history
+from spark_flow.controller.step import ControllerState, step
+from spark_flow.records.status import append_history
 
 
 def observation(**values: object) -> dict[str, object]:

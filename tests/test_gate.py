@@ -19,13 +19,13 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 from pyspark.sql import SparkSession
 
-from spark_flow.config import ProducerSettings
-from spark_flow.declare import declare
 from spark_flow.exceptions import QueueFullError
-from spark_flow.gate import Gate, GateStatus
-from spark_flow.history import transition_detail
-from spark_flow.ledger import Depth, Position
-from spark_flow.queue import Queue
+from spark_flow.flow.gate import Gate, GateStatus
+from spark_flow.flow.queue import Queue
+from spark_flow.records.history import transition_detail
+from spark_flow.rules.depth import Depth, Position
+from spark_flow.rules.settings import ProducerSettings
+from spark_flow.spark.declare import declare
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from spark_flow.history import HistoryTable, transition_detail
-from spark_flow.ledger import Depth
-from spark_flow.state import Thresholds
-from spark_flow.subscriptions import Subscription
+from spark_flow.records.history import HistoryTable, transition_detail
+from spark_flow.records.subscriptions import Subscription
+from spark_flow.rules.depth import Depth
+from spark_flow.rules.state import Thresholds
 
 THRESHOLDS = Thresholds(5, 2, 0, 0)
 CREATED = datetime(2026, 1, 1, tzinfo=UTC)
@@ -87,9 +87,9 @@ def test_tables_an_older_version_created_take_the_age_columns(tmp_path: Path) ->
     add the columns, and the old rows read them as null."""
     from deltalake import DeltaTable, write_deltalake
 
-    from spark_flow.handles import forget
-    from spark_flow.home import control_path
-    from spark_flow.status import append_history, write_status
+    from spark_flow.records.home import control_path
+    from spark_flow.records.status import append_history, write_status
+    from spark_flow.store.handles import forget
 
     def write_twice(location: str, write: Callable[[], object]) -> list[dict]:
         """``write`` once into a table as an older version made it (no age columns), then again,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from deltalake import DeltaTable
 
-from spark_flow.home import Registry, control_path
+from spark_flow.records.home import Registry, control_path
 
 
 def test_an_empty_home_has_no_queues(tmp_path: Path) -> None:

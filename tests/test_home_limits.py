@@ -11,17 +11,17 @@ from invariants import assert_transitions_follow_thresholds
 from pyspark.sql import SparkSession
 from streams import drain, is_held, start_consumer, start_producer, wait_until
 
-from spark_flow.admin import FlowAdmin
 from spark_flow.cli import main
-from spark_flow.config import ProducerSettings
-from spark_flow.controller import start_controller
-from spark_flow.declare import declare
+from spark_flow.controller.query import start_controller
 from spark_flow.exceptions import ConfigurationError, QueueFullError
-from spark_flow.gate import Gate
-from spark_flow.homeflow import HOME_QUEUE, HOME_ROW, open_home
-from spark_flow.queue import open_queue
-from spark_flow.session import with_conf
-from spark_flow.sink import QueueSink
+from spark_flow.flow.gate import Gate
+from spark_flow.flow.homeflow import HOME_QUEUE, HOME_ROW, open_home
+from spark_flow.flow.queue import open_queue
+from spark_flow.ops.admin import FlowAdmin
+from spark_flow.rules.settings import ProducerSettings
+from spark_flow.spark.declare import declare
+from spark_flow.spark.session import with_conf
+from spark_flow.spark.sink import QueueSink
 
 SCHEMA = "id BIGINT, producer STRING"
 

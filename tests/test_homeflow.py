@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from spark_flow.admin import FlowAdmin
-from spark_flow.conf_record import record_home_conf
 from spark_flow.exceptions import ConfigurationError
-from spark_flow.home import control_path
-from spark_flow.homeflow import HOME_ROW, HomeFlow
-from spark_flow.ledger import Depth
-from spark_flow.state import FlowState, Thresholds
+from spark_flow.flow.conf_record import record_home_conf
+from spark_flow.flow.homeflow import HOME_ROW, HomeFlow
+from spark_flow.ops.admin import FlowAdmin
+from spark_flow.records.home import control_path
+from spark_flow.rules.depth import Depth
+from spark_flow.rules.state import FlowState, Thresholds
 
 
 def test_a_home_without_limits_reads_nothing_and_records_nothing(tmp_path: Path,

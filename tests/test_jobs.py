@@ -17,9 +17,9 @@ import pytest
 from deltalake import DeltaTable
 from processes import ROOT, Terminal, ctrl_c_once_held, failure, in_terminal, progress, spark_submit, warnings
 
-from spark_flow.config import QueueSettings, producer_settings, queue_settings
-from spark_flow.keys import conf_settings
-from spark_flow.queue import Queue
+from spark_flow.flow.queue import Queue
+from spark_flow.rules.keys import conf_settings
+from spark_flow.rules.settings import QueueSettings, producer_settings, queue_settings
 
 STOP, RESUME, CAPACITY, RATE = 20, 10, 30, 20
 JOBS = ROOT / "jobs"

@@ -10,7 +10,8 @@ import pyarrow as pa
 import pytest
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 
-from spark_flow.ledger import METADATA_KEY, Commit, Depth, Ledger, Position, commit_from_info
+from spark_flow.rules.depth import METADATA_KEY, Commit, Depth, Position, commit_from_info
+from spark_flow.store.ledger import Ledger
 
 TIMESTAMP = 1795336486014
 

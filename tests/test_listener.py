@@ -7,8 +7,8 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 from streams import start_consumer, start_producer, wait_until
 
-from spark_flow.declare import declare
-from spark_flow.listener import FlowProgress, FlowProgressListener
+from spark_flow.spark.declare import declare
+from spark_flow.spark.listener import FlowProgress, FlowProgressListener
 
 
 def test_listener_reports_depth_flow_state_and_time_held(spark: SparkSession, tmp_path: Path) -> None:

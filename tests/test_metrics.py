@@ -14,9 +14,9 @@ from homes import acknowledge_all, enqueue, look_as_a_producer, make_queue
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from spark_flow.admin import FlowAdmin
-from spark_flow.metrics import METRICS, FlowCollector, exposition, metric_names
-from spark_flow.view import look
+from spark_flow.ops.admin import FlowAdmin
+from spark_flow.ops.metrics import METRICS, FlowCollector, exposition, metric_names
+from spark_flow.ops.view import look
 
 Sample = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 

@@ -24,10 +24,10 @@ from pyspark.sql import SparkSession
 from servers import PROMTOOL, prometheus_server
 from streams import is_held, start_producer, status_of, wait_until
 
-from spark_flow.admin import FlowAdmin
-from spark_flow.controller import start_controller, stop_between_batches
-from spark_flow.declare import declare
-from spark_flow.metrics import metric_names
+from spark_flow.controller.query import start_controller, stop_between_batches
+from spark_flow.ops.admin import FlowAdmin
+from spark_flow.ops.metrics import metric_names
+from spark_flow.spark.declare import declare
 
 ROOT = Path(__file__).resolve().parent.parent
 MONITORING = ROOT / "monitoring"

@@ -14,7 +14,7 @@ import pytest
 from deltalake import DeltaTable
 
 from spark_flow import FlowAdmin
-from spark_flow.homeflow import open_home
+from spark_flow.flow.homeflow import open_home
 
 NOTEBOOK = Path(__file__).parent.parent / "notebooks" / "flow_control_quickstart.py"
 
@@ -56,7 +56,7 @@ def test_notebook_runs_under_spark_connect(tmp_path: Path, connect_session: Call
     """The notebook as a Connect client: its queries, foreachBatch sinks and data sources run on
     the server, spark_flow's own reads (FlowAdmin, depths) in the client."""
     env = {**os.environ, "SPARK_REMOTE": connect_session(), "FLOW_NOTEBOOK_DIR": str(tmp_path)}
-    run = ("import runpy, sys; from spark_flow.session import exit_process; "
+    run = ("import runpy, sys; from spark_flow.spark.session import exit_process; "
            f"runpy.run_path({str(NOTEBOOK)!r}, run_name='__main__'); exit_process(0)")
     result = subprocess.run([sys.executable, "-c", run], env=env, capture_output=True, text=True, timeout=540,
                             check=False)

@@ -25,8 +25,8 @@ from processes import Terminal, ctrl_c_once_held, failure, in_terminal, progress
 from stores import Store
 from test_readme import BIN, bash_blocks
 
-from spark_flow.admin import FlowAdmin
-from spark_flow.queue import Queue
+from spark_flow.flow.queue import Queue
+from spark_flow.ops.admin import FlowAdmin
 
 pytestmark = pytest.mark.processes
 

@@ -9,11 +9,11 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 from streams import status_of, wait_until
 
-from spark_flow.admin import FlowAdmin
-from spark_flow.controller import start_controller, stop_between_batches
-from spark_flow.declare import declare
-from spark_flow.ledger import Depth
-from spark_flow.state import FlowState
+from spark_flow.controller.query import start_controller, stop_between_batches
+from spark_flow.ops.admin import FlowAdmin
+from spark_flow.rules.depth import Depth
+from spark_flow.rules.state import FlowState
+from spark_flow.spark.declare import declare
 
 SCHEMA = "id BIGINT, body STRING"
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from spark_flow.plot import Sample, depth_points, plot_depth
-from spark_flow.state import Thresholds
+from spark_flow.ops.plot import Sample, depth_points, plot_depth
+from spark_flow.rules.state import Thresholds
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -12,7 +12,7 @@ from _common import start_job
 from processes import spark_submit
 from pyspark.sql import SparkSession
 
-from spark_flow.declare import declare
+from spark_flow.spark.declare import declare
 
 pytestmark = pytest.mark.processes
 

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from spark_flow.publish_rate import PublishRateLimiter
+from spark_flow.rules.publish_rate import PublishRateLimiter
 
 
 @pytest.mark.parametrize(

@@ -9,9 +9,6 @@ import pytest
 from deltalake import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 
-from spark_flow.batch import message_size
-from spark_flow.conf_record import record_queue_conf
-from spark_flow.declare import declare
 from spark_flow.exceptions import (
     ConfigurationError,
     QueueNotFoundError,
@@ -19,10 +16,13 @@ from spark_flow.exceptions import (
     SubscriptionNotFoundError,
     UnknownKeyError,
 )
-from spark_flow.ledger import Depth
-from spark_flow.queue import Queue
-from spark_flow.session import with_conf
-from spark_flow.sink import QueueSink
+from spark_flow.flow.conf_record import record_queue_conf
+from spark_flow.flow.queue import Queue
+from spark_flow.rules.depth import Depth
+from spark_flow.spark.batch import message_size
+from spark_flow.spark.declare import declare
+from spark_flow.spark.session import with_conf
+from spark_flow.spark.sink import QueueSink
 
 SCHEMA = "id BIGINT, body STRING"
 
@@ -134,12 +134,12 @@ def test_a_later_conf_records_only_what_is_missing_and_reports_the_rest_once(
     path = str(tmp_path / "events")
     declare(spark, path, SCHEMA, settings={"stopCount": 500, "resumeCount": 300})
     conf = {"spark.flow.stopCount": "800", "spark.flow.stallTimeout": "1min", "spark.flow.resumeCount": "300"}
-    with caplog.at_level("WARNING", logger="spark_flow.queue"):
+    with caplog.at_level("WARNING", logger="spark_flow.flow.queue"):
         settings = record_queue_conf(Queue(path), conf)
         record_queue_conf(Queue(path), conf)
     assert (settings.thresholds.stop_count, settings.thresholds.resume_count, settings.stall_timeout) == (500, 300, 60.0)
     assert Queue(path).properties()["flow.stallTimeout"] == "1min"
-    lines = [r.getMessage() for r in caplog.records if r.name == "spark_flow.queue"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "spark_flow.flow.queue"]
     assert len(lines) == 1, lines
     assert "spark.flow.stopCount=800 (Spark conf) is not applied" in lines[0]
     assert "stopCount is 500 (flow.stopCount)" in lines[0] and "spark-flow set events stopCount=800" in lines[0]
@@ -388,8 +388,8 @@ def test_sink_refuses_a_batch_of_another_schema(spark: SparkSession, tmp_path: P
 def test_purge_deletes_only_what_every_subscription_acknowledged(spark: SparkSession, tmp_path: Path) -> None:
     """Retention: messages acknowledged by every subscription are deleted, the rest stay; the
     purge counts nothing in the depth and readers do not see it as new messages."""
-    from spark_flow.declare import purge_acknowledged
-    from spark_flow.source import read_queue
+    from spark_flow.spark.declare import purge_acknowledged
+    from spark_flow.spark.source import read_queue
 
     path = str(tmp_path / "q")
     queue = declare(spark, path, "id BIGINT, body STRING")
@@ -430,7 +430,7 @@ def read_all(spark: SparkSession, path: str, subscription: str, checkpoint: Path
     (availableNow, so it acknowledges them); the ids in the order read."""
     import uuid
 
-    from spark_flow.source import read_queue
+    from spark_flow.spark.source import read_queue
 
     name = f"read_{uuid.uuid4().hex}"
     query = (read_queue(spark, path, subscription=subscription).writeStream.format("memory").queryName(name)
@@ -445,7 +445,7 @@ def test_purge_then_vacuum_leaves_every_unacknowledged_message_readable(spark: S
     """Two subscriptions, ``slow`` 30 messages behind ``default``; purge, then VACUUM with
     retention 0: each reads every message it has not acknowledged, none missing, none twice.
     A second purge and VACUUM after more messages work the same way."""
-    from spark_flow.declare import purge_acknowledged
+    from spark_flow.spark.declare import purge_acknowledged
 
     path = str(tmp_path / "q")
     queue = declare(spark, path, SCHEMA)
@@ -474,7 +474,7 @@ def test_earliest_starts_at_the_oldest_message_the_queue_keeps(spark: SparkSessi
     """A drained, unpurged queue: a new subscription at ``earliest`` gets every message (as
     Kafka's and Pulsar's earliest). After a purge it starts after the purged ones, and a
     position among the purged ones is refused."""
-    from spark_flow.declare import purge_acknowledged
+    from spark_flow.spark.declare import purge_acknowledged
 
     path = str(tmp_path / "q")
     queue = declare(spark, path, SCHEMA)

@@ -8,8 +8,8 @@ import math
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, ReadMaxRows, ReadMinRows
 
-from spark_flow.ledger import Commit, Position
-from spark_flow.read_limits import ReadLimits
+from spark_flow.rules.depth import Commit, Position
+from spark_flow.spark.read_limits import ReadLimits
 
 
 def commits(*sizes: tuple[int, int], first: int = 1) -> list[Commit]:

@@ -21,8 +21,8 @@ from processes import ROOT, Terminal, failure, progress
 from pyspark.sql import SparkSession
 from streams import wait_for_looks
 
-from spark_flow.admin import FlowAdmin
-from spark_flow.queue import Queue
+from spark_flow.flow.queue import Queue
+from spark_flow.ops.admin import FlowAdmin
 
 README = ROOT / "README.md"
 BIN = Path(sys.executable).parent

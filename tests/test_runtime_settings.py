@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from spark_flow.runtime_settings import RuntimeSettings
+from spark_flow.records.runtime_settings import RuntimeSettings
 
 
 @pytest.fixture

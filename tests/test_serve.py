@@ -16,9 +16,9 @@ import pytest
 from homes import enqueue, http, look_as_a_producer, make_queue, serving
 from stores import Store
 
-from spark_flow.admin import FlowAdmin
+from spark_flow.console.serve import serve_options
 from spark_flow.exceptions import ConfigurationError
-from spark_flow.serve import serve_options
+from spark_flow.ops.admin import FlowAdmin
 
 SPARK_FLOW = Path(sys.executable).parent / "spark-flow"
 TOKEN = "a-token-of-thirty-two-characters"

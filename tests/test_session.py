@@ -12,8 +12,7 @@ from chispa import assert_df_equality
 from processes import ROOT
 from pyspark.sql import SparkSession
 
-from spark_flow.keys import session_flow_conf
-from spark_flow.session import DELTA_PACKAGE, get_spark, with_conf
+from spark_flow.spark.session import DELTA_PACKAGE, get_spark, session_flow_conf, with_conf
 
 
 def test_session_has_delta_and_the_running_interpreter(spark: SparkSession) -> None:
@@ -86,7 +85,7 @@ def test_delta_write_and_stream_read(spark: SparkSession, tmp_path: Path) -> Non
 
 
 def test_spark_defaults_conf_excludes_what_get_spark_excludes() -> None:
-    from spark_flow.session import SPARK_PROVIDED
+    from spark_flow.spark.session import SPARK_PROVIDED
 
     conf = Path(__file__).parent.parent / "conf" / "spark-defaults.conf"
     lines = dict(line.split(None, 1) for line in conf.read_text().splitlines() if line.startswith("spark."))

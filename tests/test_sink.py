@@ -23,9 +23,6 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 from streams import start_producer, wait_until
 
-from spark_flow.batch import TXN_SPAN
-from spark_flow.config import ProducerSettings
-from spark_flow.declare import declare
 from spark_flow.exceptions import (
     ConfigurationError,
     FlowControlError,
@@ -33,11 +30,14 @@ from spark_flow.exceptions import (
     QueueFullTimeoutError,
     SchemaMismatchError,
 )
-from spark_flow.gate import Gate
-from spark_flow.ledger import METADATA_KEY, Depth, Position
-from spark_flow.listener import FlowProgressListener
-from spark_flow.queue import Queue, open_queue
-from spark_flow.sink import QueueSink
+from spark_flow.flow.gate import Gate
+from spark_flow.flow.queue import Queue, open_queue
+from spark_flow.rules.depth import METADATA_KEY, Depth, Position
+from spark_flow.rules.settings import ProducerSettings
+from spark_flow.spark.batch import TXN_SPAN
+from spark_flow.spark.declare import declare
+from spark_flow.spark.listener import FlowProgressListener
+from spark_flow.spark.sink import QueueSink
 
 # A held direct call never returns: fail instead of hanging.
 pytestmark = pytest.mark.timeout(120)

@@ -20,13 +20,13 @@ from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 from streams import wait_until
 
-from spark_flow.declare import declare, purge_acknowledged
-from spark_flow.ledger import Depth, Position
-from spark_flow.offsets import offset_position
-from spark_flow.queue import Queue
-from spark_flow.sink import QueueSink
-from spark_flow.source import FlowQueueDataSource, read_queue
-from spark_flow.subscriptions import SubscriptionTable
+from spark_flow.flow.queue import Queue
+from spark_flow.records.subscriptions import SubscriptionTable
+from spark_flow.rules.depth import Depth, Position
+from spark_flow.spark.declare import declare, purge_acknowledged
+from spark_flow.spark.offsets import offset_position
+from spark_flow.spark.sink import QueueSink
+from spark_flow.spark.source import FlowQueueDataSource, read_queue
 
 SCHEMA = "id BIGINT, body STRING"
 TIMEOUT = 90

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from spark_flow.state import FlowState, Thresholds
+from spark_flow.rules.state import FlowState, Thresholds
 
 
 def run(thresholds: Thresholds, depths: list[tuple[int, int]], state: FlowState | None = None) -> list[FlowState]:

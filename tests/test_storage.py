@@ -19,9 +19,9 @@ from stores import S3_SECRET, Store
 from spark_flow import ConfigurationError, FlowAdmin
 from spark_flow.cli import main as cli_main
 from spark_flow.cli import read_properties
-from spark_flow.keys import check_conf, split_options
-from spark_flow.storage import as_conf, storage_options
-from spark_flow.subscriptions import SubscriptionTable
+from spark_flow.records.subscriptions import SubscriptionTable
+from spark_flow.rules.keys import check_conf, split_options
+from spark_flow.rules.storage_options import as_conf, storage_options
 
 S3A = {
     "spark.hadoop.fs.s3a.endpoint": "127.0.0.1:9000",

@@ -15,8 +15,8 @@ import pytest
 from deltalake import write_deltalake
 
 from spark_flow.exceptions import SubscriptionInUseError, SubscriptionNotFoundError
-from spark_flow.ledger import Position
-from spark_flow.subscriptions import SubscriptionTable, _schema, process_gone
+from spark_flow.records.subscriptions import SubscriptionTable, _schema, process_gone
+from spark_flow.rules.depth import Position
 
 
 @pytest.fixture
@@ -142,7 +142,7 @@ def test_claim_takes_over_a_reader_whose_process_is_ending(subs: SubscriptionTab
     or has ended and is not reaped yet, is gone (CI: ``delete_queue(if_unused=True)`` right
     after the README's queries stopped was refused, its reader "seen 1.1s ago")."""
     subs.create("default", 0)
-    script = ("import sys; from spark_flow.subscriptions import SubscriptionTable as T; "
+    script = ("import sys; from spark_flow.records.subscriptions import SubscriptionTable as T; "
               f"T({subs.location!r}, 'q').claim('default', 'query-a', 60); "
               "heap = bytearray(512 << 20); heap[::4096] = bytes(len(heap[::4096])); "  # so its exit takes a while
               "print('claimed', flush=True); sys.stdin.read()")
@@ -198,7 +198,7 @@ def test_a_source_process_reads_and_moves_subscriptions_without_importing_pandas
     script = f"""
 import sys
 from datetime import timedelta
-from spark_flow.subscriptions import SubscriptionTable
+from spark_flow.records.subscriptions import SubscriptionTable
 subs = SubscriptionTable({subs.location!r}, "q")
 subs.create("default", 0)
 subs.claim("default", "query-a", timeout=60)

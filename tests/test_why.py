@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from homes import acknowledge_all, enqueue, look_as_a_producer, make_queue
 
-from spark_flow.admin import FlowAdmin
 from spark_flow.exceptions import QueueNotFoundError
-from spark_flow.queue import Queue
-from spark_flow.view import look
-from spark_flow.why import edges, explain, root_causes
+from spark_flow.flow.queue import Queue
+from spark_flow.ops.admin import FlowAdmin
+from spark_flow.ops.view import look
+from spark_flow.ops.why import edges, explain, root_causes
 
 SPARK_FLOW = Path(sys.executable).parent / "spark-flow"
 

@@ -18,7 +18,7 @@ from processes import failure, progress, spark_submit
 from stores import Store
 
 from spark_flow.exceptions import QueueWriterConflictError
-from spark_flow.writer_claim import WriterClaim, needs_claim
+from spark_flow.records.writer_claim import WriterClaim, needs_claim
 
 
 def test_which_queues_need_a_claim() -> None:

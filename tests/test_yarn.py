@@ -24,7 +24,7 @@ from streams import wait_until
 from test_object_storage import check_consumer, check_controller
 from test_readme import BIN, bash_blocks
 
-from spark_flow.queue import Queue
+from spark_flow.flow.queue import Queue
 
 #: Alone it keeps the 2 cores 56% busy: its time is YARN's heartbeats and container starts.
 pytestmark = [pytest.mark.processes, pytest.mark.mostly_waiting]

@@ -1,0 +1,1 @@
+"""``spark-flow serve``: Prometheus metrics and the console over HTTP."""

@@ -1,0 +1,163 @@
+"""What the console shows and does, as JSON for its page: the home's queues (depth, thresholds,
+flow state, held producers, stalled consumers), the pipeline graph with the root causes of
+holds marked, a queue's depth chart, and the operator's actions.
+
+The figures are a look at the home now (:mod:`spark_flow.ops.view`), the same the metrics serve;
+a chart adds what the controller sampled (its history table) and the queue's own transitions
+(the held intervals), so it has a past whether or not a controller ran. Actions are
+:class:`~spark_flow.ops.admin.FlowAdmin`'s, checked the same way as on the command line. Nothing
+here carries a storage option: no credential reaches a page.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from spark_flow.exceptions import ConfigurationError
+from spark_flow.ops.view import HomeView, QueueView
+from spark_flow.ops.why import edges, explain, root_causes
+from spark_flow.records.status import control_table
+from spark_flow.rules.depth import Depth
+from spark_flow.store.tables import sql_string
+
+if TYPE_CHECKING:
+    from spark_flow.ops.admin import FlowAdmin
+
+#: The operator's actions, as the console posts them.
+ACTIONS = ("stop-producers", "start-producers", "set", "unset")
+#: How far back a chart reaches into the controller's samples.
+CHART_WINDOW = timedelta(minutes=15)
+
+
+def _time(moment: datetime | None) -> float | None:
+    return moment.timestamp() if moment is not None else None
+
+
+def _depth(depth: Depth) -> dict[str, int]:
+    return {"count": depth.count, "size": depth.size}
+
+
+def queue_json(queue: QueueView, causes: Mapping[str, list[str]]) -> dict[str, Any]:
+    """One queue as the page shows it."""
+    settings = queue.settings
+    return {
+        "name": queue.name, "error": queue.error, "held": queue.held, "held_since": _time(queue.held_since),
+        "producers_stopped": queue.producers_stopped, "home_stopped": queue.home_stopped,
+        "depth": _depth(queue.depth), "thresholds": asdict(queue.thresholds), "latest": queue.latest,
+        "max_count": settings.max_count if settings else 0, "max_size": settings.max_size if settings else 0,
+        "policy": settings.policy if settings else None, "root_cause": causes.get(queue.name, []),
+        "subscriptions": [{
+            "name": s.name, "depth": _depth(s.depth), "age": round(s.age, 3), "flow_stopped": s.flow_stopped,
+            "flow_stopped_count": s.flow_stopped_count, "last_transition": _time(s.last_transition),
+            "stalled": s.stalled, "backpressured": s.backpressured, "downstream": list(s.downstream),
+            "acked_at": _time(s.acked_at), "discarded_count": s.discarded_count,
+            "expired_count": s.expired_count, "dead_lettered_count": s.dead_lettered_count, "position": s.position,
+        } for s in queue.subscriptions],
+    }
+
+
+def overview(view: HomeView, *, read_only: bool) -> dict[str, Any]:
+    """Every queue of the home, the pipeline's edges and the home's own limits and state."""
+    causes = root_causes(view)
+    return {
+        "home": view.home, "at": _time(view.at), "read_only": read_only,
+        "home_limits": asdict(view.limits) if view.limits.enabled else None,
+        "home_depth": _depth(view.depth), "home_flow_stopped": view.state.flow_stopped,
+        "home_flow_stopped_count": view.state.flow_stopped_count,
+        "queues": [queue_json(q, causes) for q in view.queues.values()],
+        "others": [queue_json(q, causes) for q in view.others.values()],
+        "edges": [{"from": a, "subscription": s, "to": b, "backpressure": held} for a, s, b, held in edges(view)],
+        "status_updated": _time(view.status_updated),
+    }
+
+
+def why(view: HomeView, queue: str) -> list[dict[str, Any]]:
+    """``spark-flow why QUEUE``'s stages, for the page."""
+    return [{**asdict(stage), "line": stage.line()} for stage in explain(view, queue)]
+
+
+def chart(admin: FlowAdmin, view: HomeView, queue: str, subscription: str) -> dict[str, Any]:
+    """A subscription's depth over the last minutes: the controller's samples, the depth at
+    each of its flow transitions, and now; the thresholds at each point; the intervals its
+    producers were held (flow-stopped, or stopped by an operator, as sampled)."""
+    looked = view.queues.get(queue)
+    if looked is None or looked.settings is None:
+        raise ConfigurationError("queue", queue, f"a readable queue of {view.home}: "
+                                                 f"{', '.join(n for n, q in view.queues.items() if q.error is None)}")
+    sub = next((s for s in looked.subscriptions if s.name == subscription), None)
+    if sub is None:
+        raise ConfigurationError("subscription", subscription,
+                                 f"a subscription of queue {queue!r}: {', '.join(s.name for s in looked.subscriptions)}")
+    since = view.at - CHART_WINDOW
+    points = _samples(admin, queue, subscription, since)
+    for row in admin.queue(queue).history.read():
+        if row["subscription"] == subscription and row["time"] >= since:
+            points.append({"t": row["time"].timestamp(), "depth": row["depth_count"], "stop": row["stop_count"],
+                           "resume": row["resume_count"], "held": bool(row["flow_stopped"]), "from": "transition"})
+    t = looked.thresholds
+    points.append({"t": view.at.timestamp(), "depth": sub.depth.count, "stop": t.stop_count,
+                   "resume": t.resume_count, "held": looked.held, "from": "now"})
+    points.sort(key=lambda p: p["t"])
+    return {"queue": queue, "subscription": subscription, "points": points, "held": _intervals(points)}
+
+
+def _samples(admin: FlowAdmin, queue: str, subscription: str, since: datetime) -> list[dict[str, Any]]:
+    """The controller's samples of one subscription since ``since``, read with a filter (its
+    history table keeps a sample per subscription and controller batch)."""
+    import pyarrow as pa
+    from deltalake import QueryBuilder
+
+    table = control_table(admin.home, "history", admin.storage_options).open()
+    if table is None:
+        return []
+    micros = int(since.timestamp() * 1_000_000)
+    query = ("SELECT CAST(time AS BIGINT) AS t, depth_count, stop_count, resume_count, flow_stopped, producers_stopped "
+             f"FROM h WHERE event = 'sample' AND queue = {sql_string(queue)} AND "
+             f"subscription = {sql_string(subscription)} AND CAST(time AS BIGINT) >= {micros}")
+    rows = pa.RecordBatchReader.from_stream(QueryBuilder().register("h", table).execute(query)).read_all().to_pylist()
+    return [{"t": r["t"] / 1_000_000, "depth": r["depth_count"], "stop": r["stop_count"], "resume": r["resume_count"],
+             "held": bool(r["flow_stopped"] or r["producers_stopped"]), "from": "controller"} for r in rows]
+
+
+def _intervals(points: list[dict[str, Any]]) -> list[list[float]]:
+    """The [start, end] intervals in which the points say producers were held."""
+    found, start = [], None
+    for point in points:
+        if point["held"] and start is None:
+            start = point["t"]
+        elif not point["held"] and start is not None:
+            found.append([start, point["t"]])
+            start = None
+    if start is not None:
+        found.append([start, points[-1]["t"]])
+    return found
+
+
+def act(admin: FlowAdmin, request: Mapping[str, Any]) -> dict[str, Any]:
+    """Issue the operator's action ``request`` (``{"action": "stop-producers", "target":
+    "events"}``; ``set`` takes ``settings`` {key: value}, ``unset`` ``keys`` [key]). Checked as the
+    CLI checks it: a bad one raises, naming what was wrong, and nothing is written."""
+    action, target = request.get("action"), request.get("target")
+    if action not in ACTIONS:
+        raise ConfigurationError("action", action, ", ".join(ACTIONS))
+    if not isinstance(target, str) or not target:
+        raise ConfigurationError("target", target, "a queue name or pattern")
+    if action == "stop-producers":
+        command = admin.stop_producers(target)
+    elif action == "start-producers":
+        command = admin.start_producers(target)
+    elif action == "set":
+        settings = request.get("settings")
+        if not isinstance(settings, Mapping) or not settings:
+            raise ConfigurationError("settings", settings, "at least one setting and its value, e.g. {\"stopCount\": 900}")
+        command = admin.set(target, {str(k): str(v) for k, v in settings.items()})
+    else:
+        keys = request.get("keys")
+        if not isinstance(keys, list) or not keys or not all(isinstance(k, str) for k in keys):
+            raise ConfigurationError("keys", keys, "a list of settings to remove, e.g. [\"stopCount\"]")
+        command = admin.unset(target, *keys)
+    return {"command": command, "message": f"command {command}: {action} {target!r}, applied by the controller"}
+

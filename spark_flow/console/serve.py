@@ -1,0 +1,290 @@
+"""``spark-flow serve``: one process, no Spark, serving a home's Prometheus metrics at
+``/metrics`` and its console at ``/`` (:mod:`spark_flow.console.api`), each request reading the
+home at that moment (one look at a time; requests that arrive during a look share the next).
+
+Who may act. Bound to loopback (the default), the console is for the machine's own users: its
+``Host`` header must name a loopback address, which keeps a web page's DNS rebinding from
+reaching it. Bound elsewhere, actions need a token (``--token-file`` or ``$SPARK_FLOW_TOKEN``,
+sent as ``Authorization: Bearer``), unless the console is ``--read-only`` (it has no action at
+all). Every action must also carry the page's CSRF token in a header, as JSON, from the page's
+own origin: a form or script on another site can send none of these. No storage option, token
+or other secret appears in a page, a metric or a log line.
+"""
+
+from __future__ import annotations
+
+import errno
+import hmac
+import html
+import ipaddress
+import json
+import logging
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from importlib import resources
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from spark_flow.console.api import act, chart, overview, why
+from spark_flow.exceptions import ConfigurationError, SparkFlowError, StorageAccessError, one_line
+from spark_flow.ops.admin import FlowAdmin
+from spark_flow.ops.metrics import CONTENT_TYPE, exposition
+from spark_flow.ops.view import HomeView, look
+
+log = logging.getLogger("spark_flow.console.serve")
+
+DEFAULT_PORT = 9108  # next to the node exporter's 9100 block, as exporters choose theirs
+DEFAULT_BIND = "127.0.0.1"
+TOKEN_ENV = "SPARK_FLOW_TOKEN"
+MIN_TOKEN = 16
+STATIC = {"console.js": "text/javascript; charset=utf-8", "console.css": "text/css; charset=utf-8"}
+HEADERS = {
+    "X-Content-Type-Options": "nosniff", "X-Frame-Options": "DENY", "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'none'",
+}
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    """How ``spark-flow serve`` runs, checked when made (:func:`serve_options`)."""
+
+    home: str
+    port: int = DEFAULT_PORT
+    bind: str = DEFAULT_BIND
+    read_only: bool = False
+    token: str | None = field(default=None, repr=False)
+    storage_options: Mapping[str, str] = field(default_factory=dict, repr=False)
+
+    @property
+    def loopback(self) -> bool:
+        return is_loopback(self.bind)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (a name or an address) is this machine's loopback only."""
+    try:
+        addresses = {str(info[4][0]) for info in socket.getaddrinfo(host, None)}
+    except OSError:
+        return False
+    return bool(addresses) and all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in addresses)
+
+
+def serve_options(home: str, port: Any = DEFAULT_PORT, bind: str = DEFAULT_BIND, *, read_only: bool = False,
+                  token: str | None = None, storage_options: Mapping[str, str] | None = None) -> ServeOptions:
+    """Check how to serve: a port 0-65535 (0: any free one), an address to bind, and a token of
+    at least 16 characters when actions are served on an address other than loopback."""
+    text = str(port).strip()
+    if isinstance(port, bool) or not text.isdigit() or int(text) > 65535:
+        raise ConfigurationError("--port", port, "a port number from 0 to 65535 (0: any free port)")
+    if not bind or not isinstance(bind, str):
+        raise ConfigurationError("--bind", bind, "an address or host name of this machine, e.g. 127.0.0.1")
+    if token is not None and (len(token) < MIN_TOKEN or any(c.isspace() for c in token)):
+        raise ConfigurationError("token", "***", f"a token of at least {MIN_TOKEN} characters and no spaces "
+                                                 "(e.g. from: python -c 'import secrets; print(secrets.token_urlsafe())')")
+    options = ServeOptions(home, int(text), bind, read_only, token, dict(storage_options or {}))
+    if not options.loopback and not read_only and token is None:
+        raise ConfigurationError("--bind", bind, "a loopback address (127.0.0.1, ::1, localhost), unless actions "
+                                                 f"need a token: give --token-file or ${TOKEN_ENV}, or serve --read-only")
+    return options
+
+
+class _Looker:
+    """One reader of the home's tables at a time (a table handle is shared by the process and
+    not made for two threads at once); a request that arrives while a look runs shares the next."""
+
+    def __init__(self, home: str, storage_options: Mapping[str, str]) -> None:
+        self.home, self.storage_options = home, storage_options
+        self.lock = threading.RLock()
+        self._last: tuple[float, HomeView, float] | None = None
+
+    def look(self) -> tuple[HomeView, float]:
+        """A look that began after this call did: the home as it is now, and how long it took."""
+        asked = time.monotonic()
+        with self.lock:
+            if self._last is None or self._last[0] < asked:
+                began = time.monotonic()
+                view = look(self.home, self.storage_options)
+                self._last = (began, view, time.monotonic() - began)
+            return self._last[1], self._last[2]
+
+
+class FlowServer(ThreadingHTTPServer):
+    """The HTTP server of ``spark-flow serve``."""
+
+    daemon_threads = True
+
+    def __init__(self, options: ServeOptions) -> None:
+        self.options = options
+        self.csrf = secrets.token_urlsafe(32)
+        self.looker = _Looker(options.home, options.storage_options)
+        self.admin = FlowAdmin(options.home, options.storage_options)
+        self.address_family = socket.AF_INET6 if ":" in options.bind else socket.AF_INET
+        try:
+            super().__init__((options.bind, options.port), _Handler)
+        except OSError as error:
+            in_use = error.errno == errno.EADDRINUSE
+            raise ConfigurationError("--port" if in_use else "--bind", options.port if in_use else options.bind,
+                                     f"a free port on an address of this machine ({error.strerror})") from None
+
+    @property
+    def url(self) -> str:
+        host = self.options.bind if ":" not in self.options.bind else f"[{self.options.bind}]"
+        return f"http://{host}:{self.server_address[1]}/"
+
+    def allowed_host(self, host: str | None) -> bool:
+        """Whether a request's ``Host`` names this server: on loopback, only loopback names."""
+        if not self.options.loopback:
+            return True
+        name = urlsplit(f"//{host or ''}").hostname or ""
+        return name in ("localhost", "127.0.0.1", "::1", self.options.bind) or (name.startswith("127.") and is_loopback(name))
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: FlowServer
+    server_version = "spark-flow"
+    sys_version = ""
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("%s %s", self.address_string(), format % args)
+
+    def _send(self, status: int, body: bytes, content_type: str, headers: Mapping[str, str] | None = None) -> None:
+        self.send_response(status)
+        for key, value in {**HEADERS, "Content-Type": content_type, "Content-Length": str(len(body)),
+                           **(headers or {})}.items():
+            self.send_header(key, value)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _json(self, status: int, value: Any) -> None:
+        self._send(status, json.dumps(value).encode(), "application/json")
+
+    def do_GET(self) -> None:
+        if not self.server.allowed_host(self.headers.get("Host")):
+            return self._json(HTTPStatus.FORBIDDEN, {"error": "Host is not this server's loopback address"})
+        url = urlsplit(self.path)
+        query = {k: v[-1] for k, v in parse_qs(url.query).items()}
+        try:
+            if url.path == "/metrics":
+                view, took = self.server.looker.look()
+                return self._send(HTTPStatus.OK, exposition(view, took), CONTENT_TYPE)
+            if url.path in ("/", "/index.html"):
+                return self._send(HTTPStatus.OK, self._page(), "text/html; charset=utf-8")
+            if url.path.startswith("/static/") and url.path[8:] in STATIC:
+                return self._send(HTTPStatus.OK, _static(url.path[8:]).encode(), STATIC[url.path[8:]])
+            if url.path == "/api/overview":
+                view, _ = self.server.looker.look()
+                return self._json(HTTPStatus.OK, {**overview(view, read_only=self.server.options.read_only),
+                                                  "token_needed": self._token_needed()})
+            if url.path == "/api/chart":
+                with self.server.looker.lock:
+                    view, _ = self.server.looker.look()
+                    answer = chart(self.server.admin, view, query.get("queue", ""), query.get("subscription", "default"))
+                return self._json(HTTPStatus.OK, answer)
+            if url.path == "/api/why":
+                view, _ = self.server.looker.look()
+                return self._json(HTTPStatus.OK, why(view, query.get("queue", "")))
+        except StorageAccessError as error:  # storage unreachable, or refused, named
+            return self._unavailable(error)
+        except SparkFlowError as error:
+            return self._json(HTTPStatus.BAD_REQUEST, {"error": str(error)})
+        except Exception as error:  # storage unreachable, or refused: one line, as the CLI says it
+            return self._unavailable(error)
+        return self._json(HTTPStatus.NOT_FOUND, {"error": f"no such page: {url.path}"})
+
+    def _unavailable(self, error: Exception) -> None:
+        """The home cannot be read now: 503 (Prometheus marks the scrape down), and a log line."""
+        message = f"cannot read {self.server.options.home}: {one_line(error)}"
+        log.warning("%s", message)
+        return self._json(HTTPStatus.SERVICE_UNAVAILABLE, {"error": message})
+
+    def do_POST(self) -> None:
+        refused = self._refusal()
+        if refused is not None:
+            return self._json(*refused)
+        length = self.headers.get("Content-Length") or "0"
+        if not length.isdigit() or int(length) > 65536:
+            return self._json(HTTPStatus.BAD_REQUEST, {"error": "an action is a JSON object of at most 64 KiB"})
+        try:
+            request = json.loads(self.rfile.read(int(length)) or b"{}")
+            if not isinstance(request, dict):
+                raise ConfigurationError("request", type(request).__name__, "a JSON object")
+            with self.server.looker.lock:
+                done = act(self.server.admin, request)
+        except json.JSONDecodeError as error:
+            return self._json(HTTPStatus.BAD_REQUEST, {"error": f"the request is not JSON: {error.msg}"})
+        except StorageAccessError as error:
+            return self._unavailable(error)
+        except SparkFlowError as error:
+            return self._json(HTTPStatus.BAD_REQUEST, {"error": str(error)})
+        except Exception as error:
+            return self._unavailable(error)
+        log.info("console action from %s: %s", self.address_string(), done["message"])
+        return self._json(HTTPStatus.OK, done)
+
+    def _refusal(self) -> tuple[int, dict[str, str]] | None:
+        """Why an action is refused, None if it is not: the console is read-only, the request
+        does not name this server or come from its page, or it lacks the token."""
+        if urlsplit(self.path).path != "/api/action":
+            return HTTPStatus.NOT_FOUND, {"error": f"no such action: {self.path}"}
+        if self.server.options.read_only:
+            return HTTPStatus.FORBIDDEN, {"error": "this console is read-only (spark-flow serve --read-only)"}
+        host = self.headers.get("Host")
+        if not self.server.allowed_host(host):
+            return HTTPStatus.FORBIDDEN, {"error": "Host is not this server's loopback address"}
+        origin = self.headers.get("Origin")
+        if origin is not None and urlsplit(origin).netloc != host:
+            return HTTPStatus.FORBIDDEN, {"error": "a cross-site request: Origin is not this console"}
+        if (self.headers.get("Content-Type") or "").split(";")[0].strip() != "application/json":
+            return HTTPStatus.FORBIDDEN, {"error": "an action is JSON (Content-Type: application/json)"}
+        if not hmac.compare_digest(self.headers.get("X-CSRF-Token") or "", self.server.csrf):
+            return HTTPStatus.FORBIDDEN, {"error": "a cross-site request: the page's CSRF token is missing or wrong"}
+        if self._token_needed():
+            given = (self.headers.get("Authorization") or "").removeprefix("Bearer ").strip()
+            if not hmac.compare_digest(given.encode(), (self.server.options.token or "").encode()):
+                return HTTPStatus.UNAUTHORIZED, {"error": "an action needs this console's token"}
+        return None
+
+    def _token_needed(self) -> bool:
+        return self.server.options.token is not None and not self.server.options.read_only
+
+    def _page(self) -> bytes:
+        options = self.server.options
+        page = _static("console.html")
+        while options.read_only and "<!--actions-->" in page:  # no action, no dialog: the markup is not there
+            start, end = page.index("<!--actions-->"), page.index("<!--/actions-->")
+            page = page[:start] + page[end + len("<!--/actions-->"):]
+        for key, value in {"home": options.home, "csrf": self.server.csrf, "read_only": str(options.read_only).lower(),
+                           "token_needed": str(self._token_needed()).lower()}.items():
+            page = page.replace("{{" + key + "}}", html.escape(value))
+        return page.encode()
+
+
+def _static(name: str) -> str:
+    return resources.files("spark_flow.console").joinpath("static", name).read_text(encoding="utf-8")
+
+
+def serve(options: ServeOptions, ready: Any = None) -> None:
+    """Serve until interrupted (Ctrl-C, SIGTERM); ``ready(server)`` is called once listening."""
+    import signal
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    server = FlowServer(options)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, interrupt)
+    if ready is not None:
+        ready(server)
+    try:
+        server.serve_forever(poll_interval=0.2)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()

@@ -1,0 +1,241 @@
+"""The operator's API over a home: :class:`FlowAdmin` (the ``spark-flow`` CLI and notebooks use
+it). It reads the registry, status and history tables, issues commands the controller applies,
+and deletes queues; it needs no SparkSession.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from spark_flow.exceptions import ConfigurationError, HistoryNotFoundError, QueueNotFoundError
+from spark_flow.flow.dead_letter_queue import dead_letter_queue, replay
+from spark_flow.flow.deletion import DeletedQueue, delete_queue
+from spark_flow.flow.homeflow import HOME_QUEUE, HOME_ROW, open_home
+from spark_flow.flow.queue import Queue, open_queue
+from spark_flow.records.commands import ALL_QUEUES, CommandLog, command_settings, with_settings
+from spark_flow.records.home import Registry
+from spark_flow.records.status import control_table, status_schema
+from spark_flow.records.subscriptions import DEFAULT_SUBSCRIPTION, Subscription
+from spark_flow.rules.keys import QUEUE_KEYS, home_setting, pattern_matches, queue_setting
+from spark_flow.rules.names import normalize_path, queue_ref
+from spark_flow.rules.settings import home_thresholds, queue_settings
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+#: Queue settings an operator can ``set``: ``producersStopped`` has its own commands.
+SETTABLE = tuple(name for name in QUEUE_KEYS if name != "producersStopped")
+
+
+class FlowAdmin:
+    """The operator's view of a home: queues, status, history, and commands to the controller.
+
+    Parameters
+    ----------
+    home : str
+        The control plane's location (``spark.flow.home``).
+    storage_options : mapping, optional
+        deltalake storage options (object store credentials).
+
+    Examples
+    --------
+    >>> admin = FlowAdmin("/data/flow")
+    >>> admin.status()                            # a pandas DataFrame, one row per queue/subscription
+    >>> admin.stop_producers("events")            # hold every producer of queue events
+    >>> admin.set("events", stopCount=900, resumeCount=500)
+    >>> admin.set_home(homeStopCount=100_000)     # hold every producer while the home's queues hold more
+    >>> admin.plot("events", "/tmp/events.png")
+    >>> admin.delete_queue("events", if_unused=True)  # refused while a query reads it
+    >>> admin.why("events")                       # the stage that holds its producers, down the pipeline
+    """
+
+    def __init__(self, home: str, storage_options: Mapping[str, str] | None = None) -> None:
+        self.home = normalize_path(home)
+        self.storage_options = dict(storage_options or {})
+        self.registry = Registry(self.home, self.storage_options)
+        self.commands = CommandLog(self.home, self.storage_options)
+        self._status = control_table(self.home, "status", self.storage_options)
+        self._history = control_table(self.home, "history", self.storage_options)
+
+    def queues(self) -> dict[str, str]:
+        """The registered queues: name -> table location."""
+        return self.registry.queues()
+
+    def register(self, path: str) -> Queue:
+        """Register the queue declared at ``path`` (queues declared with ``spark.flow.home`` set
+        are registered already)."""
+        queue = Queue(path, self.storage_options)
+        self.registry.register(queue.name, queue.path)
+        return queue
+
+    def queue(self, name: str) -> Queue:
+        """The handle of registered queue ``name``."""
+        queues = self.queues()
+        if name not in queues:
+            raise QueueNotFoundError(name, f"not registered in {self.home}: allowed is one of "
+                                           f"{', '.join(map(repr, queues)) or 'none (declare one)'}")
+        return open_queue(queues[name], self.storage_options)
+
+    def matching(self, target: str) -> list[str]:
+        """The registered queues a target names: a queue name or an ActiveMQ-style pattern
+        (``*`` one segment, a trailing ``>`` the rest; ``>`` alone is every queue)."""
+        queues = self.queues()
+        names = [name for name in queues if name == target or pattern_matches(target, name)]
+        if not names:
+            raise QueueNotFoundError(target, "no registered queue matches: allowed is a queue name or pattern "
+                                             f"matching one of {', '.join(map(repr, queues)) or 'none'}")
+        return names
+
+    def subscriptions(self, queue: str) -> list[Subscription]:
+        """The subscriptions of ``queue``: positions and flow state."""
+        return self.queue(queue).subscriptions.list()
+
+    def dead_letters(self, queue: str) -> Queue:
+        """The dead-letter queue of ``queue`` (its ``deadLetterQueue``, else ``<queue path>_dlq``):
+        its messages, with where each came from and why, are read like any queue's."""
+        origin = self.queue(queue)
+        location = dead_letter_queue(origin, origin.settings())
+        if queue_ref(location).table is not None:  # a catalog name: the home registered it
+            return self.queue(location)
+        return open_queue(location, self.storage_options)
+
+    def replay_dead_letters(self, queue: str) -> int:
+        """Append the messages of ``queue``'s dead-letter queue not replayed yet back into
+        ``queue`` (once: replaying again replays nothing twice); returns how many."""
+        return replay(self.dead_letters(queue), self.queue(queue))
+
+    def stop_producers(self, target: str = ALL_QUEUES) -> int:
+        """Hold every producer of the queues ``target`` names, whatever their depth; returns the
+        command id. The controller applies it; gates obey it from their next look."""
+        self.matching(target)
+        return self.commands.append("stop-producers", target)
+
+    def start_producers(self, target: str = ALL_QUEUES) -> int:
+        """Undo :meth:`stop_producers`; the queues' thresholds decide again."""
+        self.matching(target)
+        return self.commands.append("start-producers", target)
+
+    def set(self, target: str, settings: Mapping[str, Any] | None = None, **more: Any) -> int:
+        """Change settings (``stopCount=900``, ``resumeSize="8m"``, ``policy="ring"``) of the
+        queues ``target`` names at run time; returns the command id. Each queue's settings as
+        they will be, with the commands issued before this one, are checked whole before the
+        command is written: a change that would make a queue invalid is refused here."""
+        wanted = {**dict(settings or {}), **more}
+        if not wanted:
+            raise ConfigurationError("settings", wanted, "at least one setting, e.g. stopCount=900")
+        return self._change("set", target, {_settable(key, value): str(value) for key, value in wanted.items()})
+
+    def unset(self, target: str, *keys: str) -> int:
+        """Remove run-time settings of the queues ``target`` names: each goes back to the value
+        recorded with the queue (its table property) or the default; returns the command id."""
+        if not keys:
+            raise ConfigurationError("keys", keys, "at least one setting to remove, e.g. stopCount")
+        return self._change("unset", target, {_settable(key, None): None for key in keys})
+
+    def set_home(self, settings: Mapping[str, Any] | None = None, **more: Any) -> int:
+        """Change the home's limits (``homeStopCount=100000``, ``homeResumeSize="1g"``): checked
+        whole, then recorded with the home at once (the controller records the command's history);
+        every gate judges with them from its next look. Returns the command id."""
+        wanted = {**dict(settings or {}), **more}
+        if not wanted:
+            raise ConfigurationError("settings", wanted, "at least one home setting, e.g. homeStopCount=100000")
+        return self._change_home("set-home", {home_setting(key, value): str(value) for key, value in wanted.items()})
+
+    def unset_home(self, *keys: str) -> int:
+        """Remove home limits (``homeStopCount``): without any, the home holds nobody."""
+        if not keys:
+            raise ConfigurationError("keys", keys, "at least one home setting to remove, e.g. homeStopCount")
+        return self._change_home("unset-home", {home_setting(key, None): None for key in keys})
+
+    def _change_home(self, command: str, changes: Mapping[str, str | None]) -> int:
+        home = open_home(self.home, self.storage_options)
+        home_thresholds(with_settings(home.settings_table.current(), changes))  # refused whole, before any write
+        command_id = self.commands.append(command, HOME_QUEUE, changes)
+        home.settings_table.apply(changes, command_id)
+        return command_id
+
+    def _change(self, command: str, target: str, changes: Mapping[str, str | None]) -> int:
+        for name in self.matching(target):
+            queue = self.queue(name)
+            runtime = with_settings(self._pending(queue), changes)
+            queue_settings(name, queue.properties(), runtime)
+        return self.commands.append(command, target, changes)
+
+    def _pending(self, queue: Queue) -> dict[str, str]:
+        """A queue's run-time settings once the commands issued and not yet applied are."""
+        runtime = queue.runtime_settings.current()
+        for command in self.commands.read(queue.runtime_settings.applied()):
+            if command.target == queue.name or pattern_matches(command.target, queue.name):
+                runtime = with_settings(runtime, command_settings(command.command, command.settings))
+        return runtime
+
+    def delete_queue(self, name: str, *, if_empty: bool = False, if_unused: bool = False) -> DeletedQueue:
+        """Delete queue ``name``: its table, its state location (subscriptions, history, run-time
+        settings, hold times, writer claims), its registration and status rows, at once. Its
+        producers and consumers fail at their next look with :class:`QueueNotFoundError`, and
+        nothing is written in its place again.
+
+        ``if_empty`` refuses while a subscription has messages it has not acknowledged,
+        ``if_unused`` while a live query reads one (RabbitMQ's ``delete_queue`` guards); a
+        catalog table is refused too (drop it in Spark first). A refusal raises
+        :class:`~spark_flow.exceptions.QueueDeleteRefusedError` and removes nothing.
+        """
+        return delete_queue(self.home, name, self.storage_options, if_empty=if_empty, if_unused=if_unused)
+
+    def status(self, target: str | None = None) -> pd.DataFrame:
+        """The status table (as the controller last wrote it), optionally for the queues ``target``
+        names. A home with limits has its own row: queue ``>`` (every queue), subscription ``home``."""
+        import pandas as pd
+
+        rows = self._status.rows()
+        frame = pd.DataFrame(rows, columns=status_schema().names)
+        if target is not None:
+            names = self.matching(target) + ([HOME_QUEUE] if target == ALL_QUEUES else [])
+            frame = frame[frame["queue"].isin(names)]
+        return frame.sort_values(["queue", "subscription"]).reset_index(drop=True)
+
+    def history(self, queue: str, subscription: str = DEFAULT_SUBSCRIPTION) -> list[dict[str, Any]]:
+        """The controller's samples and events for one subscription, oldest first (the home's:
+        queue ``>``, subscription ``home``)."""
+        if queue == HOME_QUEUE:
+            subscription = HOME_ROW
+        else:
+            self.queue(queue)
+        rows = self._history.rows()
+        mine = [r for r in rows if r["queue"] == queue and r["subscription"] in (subscription, "")]
+        return sorted(mine, key=lambda r: r["time"])
+
+    def why(self, queue: str) -> list[str]:
+        """Why ``queue`` holds its producers, read from the tables now: one line per stage down
+        the pipeline to the root cause (``spark-flow why``; :mod:`spark_flow.ops.why`)."""
+        from spark_flow.ops.view import look
+        from spark_flow.ops.why import explain
+
+        return [stage.line() for stage in explain(look(self.home, self.storage_options), queue)]
+
+    def plot(self, queue: str, path: str | Path, subscription: str = DEFAULT_SUBSCRIPTION) -> Path:
+        """A PNG of the subscription's depth against its thresholds over time, stopped intervals
+        shaded; queue ``>`` plots the home's depth against its home-wide limits."""
+        from spark_flow.ops.plot import depth_points, plot_depth
+
+        subscription = HOME_ROW if queue == HOME_QUEUE else subscription
+
+        samples = [r for r in self.history(queue, subscription) if r["event"] == "sample"]
+        if not samples:
+            raise HistoryNotFoundError(f"queue {queue!r}: the history in {self.home} has no samples of subscription "
+                                       f"{subscription!r} yet: is the controller running?")
+        recorded = open_home(self.home, self.storage_options).history if queue == HOME_QUEUE else self.queue(queue).history
+        transitions = [r for r in recorded.read() if r["subscription"] == subscription]
+        return plot_depth(depth_points(samples, transitions), None, path,
+                          title=f"queue {queue!r}, subscription {subscription!r}")
+
+
+def _settable(key: str, value: Any) -> str:
+    """The queue setting a ``set`` or ``unset`` key names (``stopCount``, ``flow.stopCount``,
+    ``qpid.flow_stop_count``); producer settings and operator states are refused."""
+    if queue_setting(key, value, QUEUE_KEYS) == "producersStopped":
+        raise ConfigurationError(key, value, "a queue setting: " + ", ".join(SETTABLE),
+                                 "producersStopped has its own commands, stop-producers and start-producers")
+    return queue_setting(key, value, SETTABLE)

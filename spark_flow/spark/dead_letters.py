@@ -1,0 +1,300 @@
+"""Dead letters: a consumer's foreachBatch function that finds the messages it fails on and moves
+them to the queue's dead-letter queue, so one poison message cannot stop a pipeline.
+
+Flow control carries a consumer's trouble upstream: a message that makes the consumer's
+foreachBatch raise fails the query at every restart, nothing is acknowledged, its queue fills
+and its producers are held for good. With the queue's ``maxDeliveries`` set, :class:`DeadLetters`
+runs the consumer's function on the batch and, when it raises, delivers the batch again in
+parts: a failing part is halved, a part that succeeds is done, in the batch's order, until a
+message fails alone. A message that fails alone ``maxDeliveries`` times is moved to the
+dead-letter queue (:mod:`spark_flow.flow.dead_letter_queue`) with the error, its deliveries and its
+origin, counted in the subscription's ``dead_lettered_count``, and the batch goes on: a batch
+of 10,000 messages with one poison message moves that one, in about 2 x log2(10,000) calls.
+
+Exactly once: every call of the consumer's function gets a batch id of its own, increasing, for
+Delta's idempotent writes (``txnVersion``) and a :class:`~spark_flow.spark.sink.QueueSink` inside it:
+Spark's batch id, moved on by the calls earlier redeliveries made (so Spark's own until a batch
+first fails; the count is kept in the subscription's row). The redelivery's progress (the
+messages done, the part in flight and its call) is recorded in the subscription's row before
+each call, so a process killed in the middle goes on after its restart where it stopped: the
+part in flight is delivered again with the same id (its writes, if they committed, are
+skipped), the parts done are not delivered again. Errors of spark-flow's own (a full queue, a
+queue deleted) are not a message's fault: they fail the batch as they would without this. What is not covered: a function whose
+writes commit before it raises (fail before writing, or write in one commit, as Spark's own
+retries of a batch need too); failures outside the function (the source, Spark itself).
+
+More dead letters in one batch than ``maxDeadLettersPerBatch`` fail the batch instead
+(:class:`~spark_flow.exceptions.DeadLetterLimitError`): a consumer that fails for every message
+(its sink is down) is broken, not its messages, and nothing more is moved.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+from typing import TYPE_CHECKING
+
+from spark_flow.exceptions import DeadLetterLimitError, SparkFlowError
+from spark_flow.flow.dead_letter_queue import (
+    append_once,
+    dead_letter_app_id,
+    dead_letter_queue,
+    dead_letter_rows,
+    dead_letter_schema,
+)
+from spark_flow.flow.queue import Queue, open_queue
+from spark_flow.records.subscriptions import DEFAULT_SUBSCRIPTION
+from spark_flow.spark.batch import TXN_SPAN, message_size, order_key, unpersist
+from spark_flow.spark.declare import declare, queue_location
+from spark_flow.spark.session import session_storage_options, still_active, streaming_query
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from spark_flow.rules.settings import QueueSettings
+
+#: A dead-letter queue's own settings, recorded at its declaration over whatever the session's
+#: ``spark.flow.*`` conf says: no flow control, and nothing of it ever discarded or expired.
+_DEAD_LETTER_QUEUE_SETTINGS = {"producerFlowControl": "false", "policy": "flow", "maxCount": "0", "maxSize": "0",
+                               "messageTtl": "0", "maxDeliveries": "0"}
+
+_ROW = "__spark_flow_row"
+_IN_COMMIT = "__spark_flow_index"
+_MESSAGE_COLUMNS = ("_position", "_enqueue_time")
+#: A line naming an exception: ``Caused by: org.apache.spark.SparkNumberFormatException: ...``,
+#: ``ValueError: ...``, ``: org.apache.spark.SparkException: ...``.
+_CAUSE = re.compile(r"^(?:Caused by: |: )?([\w.$]*(?:Error|Exception)):(?: (.*))?$")
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """Deliveries of a subscription's batches, as its row records them: ``extra``, the calls
+    earlier redeliveries made beyond one per batch (batch ids move on by them); and the batch
+    being delivered again (``batch``, -1 when none): the messages ``done`` (processed or moved,
+    in the batch's order), the part in flight (``lo``, ``hi``) and its ``call``, the failed
+    deliveries alone of the message at ``done`` (``attempts``), the messages ``moved`` to the
+    dead-letter queue; where the batch began (``start_version``, ``start_index``: the position
+    the subscription had acknowledged when it was first delivered), which numbers a message
+    within its commit however the position moves on meanwhile (an expiry)."""
+
+    extra: int = 0
+    batch: int = -1
+    start_version: int = -1
+    start_index: int = 0
+    done: int = 0
+    lo: int = 0
+    hi: int = 0
+    call: int = 0
+    attempts: int = 0
+    moved: int = 0
+
+    def batch_id(self, batch: int) -> int:
+        """The batch id of a call of the consumer's function: increasing, unique per call."""
+        return batch + self.extra + (self.call if batch == self.batch else 0)
+
+    def finished(self) -> Delivery:
+        """The delivery once its batch is over: its calls beyond the first move later ids on."""
+        return Delivery(self.extra + self.call) if self.batch >= 0 else self
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def parse(cls, text: str | None) -> Delivery:
+        return cls(**json.loads(text)) if text else cls()
+
+
+class DeadLetters:
+    """A consumer's foreachBatch function with dead letters, for batches of the ``flowqueue``
+    source reading ``subscription`` of ``queue`` (a path or a catalog name).
+
+    ``process(batch, batch_id)`` is the consumer's own function. Its ``batch_id`` is unique and
+    increasing for each call (use it as Delta's ``txnVersion``); a batch it fails on is delivered
+    again in parts. With the queue's ``maxDeliveries`` at 0 (the default) its failures are the
+    query's, as without this function.
+
+    Examples
+    --------
+    >>> query = (read_queue(spark, "events", subscription="enrich").writeStream
+    ...          .foreachBatch(DeadLetters(enrich, "events", "enrich"))
+    ...          .option("checkpointLocation", "/chk/enrich").start())
+    """
+
+    def __init__(self, process: Callable[[DataFrame, int], None], queue: str,
+                 subscription: str = DEFAULT_SUBSCRIPTION, *, query_name: str | None = None) -> None:
+        self.process = process
+        self.queue = queue
+        self.subscription = subscription
+        self.query_name = query_name
+        self._dead_letter_queues: dict[str, Queue] = {}  # declared, by location
+
+    def dead_letter_queue(self, spark: SparkSession, queue: Queue, settings: QueueSettings) -> Queue:
+        """The queue's dead-letter queue, declared at its first dead letter (registered in the
+        session's home, if any), with no flow control: dead letters never hold a consumer."""
+        location = dead_letter_queue(queue, settings)
+        if location not in self._dead_letter_queues:
+            self._dead_letter_queues[location] = declare(spark, location, dead_letter_schema(queue.spark_schema()),
+                                                         settings=_DEAD_LETTER_QUEUE_SETTINGS)
+        return self._dead_letter_queues[location]
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        spark = batch.sparkSession
+        queue = open_queue(queue_location(spark, self.queue), session_storage_options(spark))
+        queue.refresh()
+        settings = queue.settings()
+        subscription = queue.subscriptions.get(self.subscription)
+        text, begun = subscription.delivery, subscription.acknowledged
+        recorded = Delivery.parse(text)
+        active = still_active(streaming_query(spark, self.query_name, required=False))
+        if recorded.batch == batch_id:  # a restart in the middle of it
+            _Redelivery(self, spark, queue, settings, batch, text, active).resume(recorded)
+            return
+        if recorded.batch >= 0:  # an earlier batch's, done
+            text = _record(queue, self.subscription, text, recorded.finished())
+            recorded = recorded.finished()
+        try:
+            self.process(batch, recorded.batch_id(batch_id))
+        except SparkFlowError:
+            raise  # flow control's (a full queue, a queue gone): the batch's, not a message's
+        except Exception as error:
+            if not settings.max_deliveries or not active():
+                raise
+            redelivery = _Redelivery(self, spark, queue, settings, batch, text, active)
+            redelivery.after_whole(replace(recorded, batch=batch_id, start_version=begun.version,
+                                           start_index=begun.index), error)
+
+
+class _Redelivery:
+    """One failed batch delivered again in parts: the parts still to deliver (a stack, the
+    leftmost last), the delivery as it is and as the subscription's row last recorded it."""
+
+    def __init__(self, owner: DeadLetters, spark: SparkSession, queue: Queue, settings: QueueSettings,
+                 batch: DataFrame, recorded: str | None, active: Callable[[], bool]) -> None:
+        self.owner, self.spark, self.queue, self.settings, self.active = owner, spark, queue, settings, active
+        self.numbered = _numbered(batch).persist()
+        self.recorded = recorded  # the subscription row's delivery, as last read or written
+        self.parts: list[tuple[int, int]] = []
+
+    def after_whole(self, delivery: Delivery, error: Exception) -> None:
+        """The whole batch (call 0) failed: deliver it again in parts."""
+        self._run(lambda count: self._failed(delivery, 0, count, error))
+
+    def resume(self, recorded: Delivery) -> None:
+        """Go on where the recorded delivery stopped: the part in flight first, with its call."""
+        def start(count: int) -> Delivery:
+            if recorded.hi <= recorded.lo:
+                self.parts.append((recorded.done, count))
+                return recorded
+            self.parts.append((recorded.hi, count))
+            return self._call(recorded, recorded.lo, recorded.hi)
+
+        self._run(start)
+
+    def _run(self, start: Callable[[int], Delivery]) -> None:
+        """Deliver the parts, then record the batch all done, still as this batch's: if Spark runs
+        the batch again (its process died before Spark's commit), nothing is delivered again;
+        the next batch folds its calls into the later ids (:meth:`Delivery.finished`)."""
+        try:
+            count = self.numbered.count()
+            delivery = start(count)
+            while self.parts:
+                lo, hi = self.parts.pop()
+                if hi > lo:
+                    delivery = self._call(self._record(replace(delivery, lo=lo, hi=hi, call=delivery.call + 1)), lo, hi)
+            self._record(replace(delivery, done=count, lo=0, hi=0, attempts=0))
+        finally:
+            unpersist(self.numbered)
+
+    def _call(self, delivery: Delivery, lo: int, hi: int) -> Delivery:
+        """Deliver messages ``lo..hi`` (recorded as in flight) to the consumer's function."""
+        try:
+            self.owner.process(_part(self.numbered, lo, hi), delivery.batch_id(delivery.batch))
+        except SparkFlowError:
+            raise
+        except Exception as error:
+            if not self.active():
+                raise
+            return self._failed(delivery, lo, hi, error)
+        return replace(delivery, done=hi, attempts=0)
+
+    def _failed(self, delivery: Delivery, lo: int, hi: int, error: Exception) -> Delivery:
+        """A part failed: its halves are delivered next; a message alone, again, until it has
+        failed ``maxDeliveries`` times; then it is moved."""
+        if hi <= lo:  # nothing to blame: the function fails on no message at all
+            raise error
+        if hi - lo > 1:
+            self.parts += [(lo + (hi - lo) // 2, hi), (lo, lo + (hi - lo) // 2)]
+            return delivery
+        if delivery.attempts + 1 < self.settings.max_deliveries:
+            self.parts.append((lo, hi))
+            time.sleep(min(0.1 * 2 ** delivery.attempts, 1.0))  # a transient failure may pass
+            return replace(delivery, attempts=delivery.attempts + 1)
+        return self._move(delivery, lo, _one_line(error))
+
+    def _move(self, delivery: Delivery, at: int, error: str) -> Delivery:
+        """Move message ``at`` to the dead-letter queue, once, and record it done and moved (the
+        subscription's ``dead_lettered_count`` counts it in the same write)."""
+        queue, settings, subscription = self.queue, self.settings, self.owner.subscription
+        if delivery.moved >= settings.max_dead_letters_per_batch:
+            raise DeadLetterLimitError(queue.name, subscription, delivery.moved + 1,
+                                       settings.max_dead_letters_per_batch, error)
+        message = _part(self.numbered, at, at + 1, keep_index=True)
+        version, in_commit = message.select("_position", _IN_COMMIT).first() or (0, 0)
+        index = in_commit + (delivery.start_index if version == delivery.start_version + 1 else 0)
+        dead_letters = self.owner.dead_letter_queue(self.spark, queue, settings)
+        size = message.select(message_size(queue.spark_schema())).first()
+        append_once(dead_letters, dead_letter_rows(message.drop(_IN_COMMIT), queue, subscription, index,
+                                                   delivery.attempts + 1, error),
+                    size[0] if size else 0, dead_letter_app_id(queue, subscription), version * TXN_SPAN + index)
+        moved = replace(delivery, done=at + 1, lo=0, hi=0, attempts=0, moved=delivery.moved + 1)
+        return self._record(moved, dead_lettered=1)
+
+    def _record(self, delivery: Delivery, dead_lettered: int = 0) -> Delivery:
+        self.recorded = _record(self.queue, self.owner.subscription, self.recorded, delivery, dead_lettered)
+        return delivery
+
+
+def _record(queue: Queue, subscription: str, was: str | None, delivery: Delivery, dead_lettered: int = 0) -> str:
+    """Record ``delivery`` in the subscription's row, where it shows ``was`` (as read or last
+    written); returns what it now shows. One query reads a subscription, so a lost
+    compare-and-set means another query took it over."""
+    text = delivery.to_json()
+    if not queue.subscriptions.record_delivery(subscription, was, text, dead_lettered):
+        raise SparkFlowError(f"subscription {subscription!r} of queue {queue.name!r}: its redelivery was "
+                             "recorded by another query meanwhile; one query reads a subscription")
+    return text
+
+
+def _numbered(batch: DataFrame) -> DataFrame:
+    """The batch with each message's place in it (``_ROW``, in the order the source reads: by
+    commit, then by content) and in its commit (``_IN_COMMIT``)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    keys = [order_key(f.name, f.dataType) for f in batch.schema.fields if f.name not in _MESSAGE_COLUMNS]
+    return (batch.withColumn(_ROW, F.row_number().over(Window.orderBy("_position", *keys)) - 1)
+            .withColumn(_IN_COMMIT, F.row_number().over(Window.partitionBy("_position").orderBy(*keys)) - 1))
+
+
+def _part(numbered: DataFrame, lo: int, hi: int, *, keep_index: bool = False) -> DataFrame:
+    """Messages ``lo <= i < hi`` of the batch, with the source's columns only."""
+    from pyspark.sql import functions as F
+
+    part = numbered.filter((F.col(_ROW) >= lo) & (F.col(_ROW) < hi)).drop(_ROW)
+    return part if keep_index else part.drop(_IN_COMMIT)
+
+
+def _one_line(error: BaseException) -> str:
+    """An error as a dead letter records it: its root cause, the last exception named in its
+    text (a JVM error's ``Caused by:``, a Python traceback's last line inside a task failure),
+    as ``Class: message``; else its first line."""
+    causes = [match for line in str(error).splitlines()
+              if (match := _CAUSE.match(line.strip()))]
+    if not causes:
+        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+        return f"{type(error).__name__}: {lines[0] if lines else ''}"[:2000]
+    kind, message = causes[-1].group(1).rsplit(".", 1)[-1], causes[-1].group(2) or ""
+    return f"{kind}: {message}".strip()[:2000]

@@ -1,0 +1,115 @@
+"""Writing a producer's rows into one queue: the application's writer claim, the append, and
+Delta's retries.
+
+An append is one idempotent commit (``txnAppId``/``txnVersion``, so a replayed write is written
+once) with the sink's ``userMetadata``. A table that needs nothing of Delta's writer is appended
+to as Parquet files and a deltalake commit (:mod:`spark_flow.store.appends`); any other by Delta's
+writer, tried again when a metadata commit on the queue at the same time (ALTER TBLPROPERTIES,
+a declare, a process recording its conf's settings) fails it with Delta's
+``MetadataChangedException``. Where Delta's commits are safe for one application only (S3 with
+the single-driver LogStore), the application claims the queue before its first write and renews
+the claim before each (:mod:`spark_flow.records.writer_claim`).
+
+A deleted queue is written nothing: each append first checks that the queue's table is there,
+and an append that races the deletion (its files written, its commit refused, or Delta's writer
+making a new table in the queue's place) removes what it left and raises
+:class:`~spark_flow.exceptions.QueueNotFoundError`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import posixpath
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from spark_flow.records.subscriptions import PROCESS
+from spark_flow.records.writer_claim import WriterClaim, needs_claim
+from spark_flow.spark.session import is_connect
+from spark_flow.store.appends import DirectAppender
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from spark_flow.flow.queue import Queue
+
+log = logging.getLogger("spark_flow.spark.sink")
+
+_WRITE_RETRIES = 10
+
+
+class QueueWriter:
+    """Appends to ``queue`` for one producer.
+
+    Parameters
+    ----------
+    queue : Queue
+    storage_options : mapping
+        deltalake storage options (object store credentials).
+    delta_conf : mapping
+        The session's ``spark.delta.*`` settings and ``spark.app.id``: whether the queue's
+        LogStore needs a claim, and the application that claims it.
+    """
+
+    def __init__(self, queue: Queue, storage_options: Mapping[str, str], delta_conf: Mapping[str, str]) -> None:
+        self.queue = queue
+        self._claim: WriterClaim | None = None
+        if needs_claim(queue.path, delta_conf):  # before this application writes anything there
+            self._claim = WriterClaim(posixpath.join(queue.state_location, "writers"), queue.name, queue.path,
+                                      delta_conf.get("spark.app.id") or PROCESS, storage_options, owner=queue.owner)
+            self._claim.renew()
+        self._appender = DirectAppender(queue.path, storage_options)
+        self._delta_writer_logged = False
+
+    def append(self, rows: DataFrame, app_id: str, txn_version: int, metadata: str) -> None:
+        """Append ``rows`` as one commit, once for (``app_id``, ``txn_version``), with
+        ``metadata`` as its ``userMetadata``."""
+        owner = self.queue.owner
+        owner.require()
+        try:
+            self._append(rows, app_id, txn_version, metadata)
+        except Exception as error:
+            if owner.exists():
+                raise
+            owner.clear()
+            raise owner.gone() from error
+
+    def _append(self, rows: DataFrame, app_id: str, txn_version: int, metadata: str) -> None:
+        if self._claim is not None:  # only one application may write it: renew this one's claim
+            self._claim.renew()
+        if self._appender.append(rows, app_id, txn_version, metadata):
+            return
+        if not self._delta_writer_logged:
+            self._delta_writer_logged = True
+            log.info("queue %r is appended to by Delta's writer: its table has %s", self.queue.name,
+                     self._appender.refusal())
+        conflicts = _commit_conflicts(rows.sparkSession)
+        writer = (rows.write.format("delta").mode("append").option("txnAppId", app_id)
+                  .option("txnVersion", str(txn_version)).option("userMetadata", metadata))
+        for attempt in itertools.count():
+            try:
+                writer.save(self.queue.path)
+                if not self.queue.owner.exists():  # Delta's writer made a new table where the queue was
+                    raise self.queue.owner.gone()
+                return
+            except conflicts as error:
+                if attempt >= _WRITE_RETRIES:
+                    raise
+                log.info("queue %r: its metadata changed during an append (%s); appending again", self.queue.name,
+                         type(error).__name__)
+                time.sleep(min(0.05 * 2**attempt, 1.0))
+
+
+def _commit_conflicts(spark: SparkSession) -> tuple[type[Exception], ...]:
+    """Delta's metadata and protocol conflicts, which an append retries, as this session's client
+    raises them: Delta's exceptions module for the client (py4j or Connect) turns the server's
+    errors into subclasses of these."""
+    if is_connect(spark):
+        import delta.connect.exceptions
+    else:
+        import delta.exceptions  # noqa: F401
+    from delta.exceptions.base import MetadataChangedException, ProtocolChangedException
+
+    return MetadataChangedException, ProtocolChangedException
