@@ -36,7 +36,7 @@ tools:
 # The GCS tests' server (tests/gcs, a Go module) and Google's GCS connector (shaded: fetched with
 # mvn, as spark.jars.packages takes no classifier), ready before the suite starts.
 GCS_SERVER := tests/gcs/gcs-server
-GCS_CONNECTOR_VERSION := $(shell sed -n 's/^GCS_CONNECTOR_VERSION = "\(.*\)"/\1/p' tests/servers.py)
+GCS_CONNECTOR_VERSION := $(shell sed -n 's/^GCS_CONNECTOR_VERSION = "\(.*\)"/\1/p' tests/support/servers.py)
 GCS_CONNECTOR := $(HOME)/.m2/repository/com/google/cloud/bigdataoss/gcs-connector/$(GCS_CONNECTOR_VERSION)/gcs-connector-$(GCS_CONNECTOR_VERSION)-shaded.jar
 
 $(GCS_SERVER): tests/gcs/main.go tests/gcs/go.mod tests/gcs/go.sum

@@ -1,7 +1,7 @@
 """Scrape time of ``spark-flow serve``: one Prometheus scrape of ``/metrics`` for a home of 1,
 100 and 1,000 queues, read at scrape time (no controller, no cache between scrapes).
 
-Each home's queues are made with deltalake, as the suite makes them (tests/homes.py: no Spark):
+Each home's queues are made with deltalake, as the suite makes them (tests/support/homes.py: no Spark):
 one commit of 8 messages each, every tenth queue held (flow-stopped by a real gate). The server
 runs in this process and a scrape is one HTTP GET of ``/metrics``: the first one (cold: every
 queue's handles opened), then ``--scrapes`` warm ones, with a tenth of the queues given a new

@@ -19,11 +19,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import support.invariants
+import support.processes
+import support.streams
 from _common import local_conf
 from pyspark.sql import SparkSession
-from stores import Store
+from support.stores import Store
 
 from spark_flow.spark.session import get_spark
+
+# tests/test_readme.py (its README sections are moving to docs/ pages, and it with them) still
+# imports three helpers by their names from before tests/support/: the same modules under both
+# names until it imports ``support.<module>``; then these lines go.
+sys.modules.update({"invariants": support.invariants, "processes": support.processes, "streams": support.streams})
 
 TEST_CONF = {**local_conf(2), "spark.app.name": "spark-flow-tests", "spark.pyspark.python": sys.executable}
 
@@ -121,7 +129,7 @@ def _compiled_spark_home(cache: Path) -> Path:
 def _archive_classes(archive: Path, quiet: str) -> None:
     """Run the producer job for 4 s through spark-submit, whose driver JVM writes the classes it
     loaded to ``archive`` when it exits (spark-submit returns after that)."""
-    from processes import failure, spark_submit
+    from support.processes import failure, spark_submit
 
     with tempfile.TemporaryDirectory() as queue:
         result = spark_submit("producer", "--queue", f"{queue}/q", "--run-seconds", "4", timeout=600,
@@ -190,7 +198,7 @@ def spark_connect_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def spark_connect(spark_connect_log: Path) -> Iterator[str]:
     """A local Spark Connect server for the suite; its ``sc://`` URL."""
-    from servers import spark_connect_server
+    from support.servers import spark_connect_server
 
     with spark_connect_server(spark_connect_log) as url:
         yield url
@@ -281,13 +289,13 @@ def governed_connect(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gover
     Hadoop credential store (in no Spark conf, no environment, nothing Python reads as storage
     options) while its Python workers, like a sandbox's, have no credentials and no instance
     metadata."""
-    from servers import (
+    from support.servers import (
         hadoop_credential_store,
         refusing_http_server,
         signed_s3_server,
         spark_connect_server,
     )
-    from stores import OBJECT_STORAGE_CONF, s3_conf
+    from support.stores import OBJECT_STORAGE_CONF, s3_conf
 
     base = tmp_path_factory.mktemp("governed")
     with signed_s3_server(base / "s3.log", "flow") as (endpoint, key, secret), refusing_http_server() as metadata:
@@ -303,7 +311,7 @@ def governed_connect(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gover
 def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     """The suite's standalone Spark cluster: its master URL, and the worker's directory that holds
     each application's executors (``<app id>/<executor id>/stderr``)."""
-    from servers import spark_standalone_cluster
+    from support.servers import spark_standalone_cluster
 
     work = tmp_path_factory.mktemp("cluster")
     with spark_standalone_cluster(work) as master:
@@ -315,7 +323,7 @@ def yarn_cluster(tmp_path_factory: pytest.TempPathFactory, request: pytest.Fixtu
     """The suite's HDFS and YARN (Hadoop's mini cluster, one JVM): the namenode's ``hdfs://`` URL
     and the cluster's Hadoop conf directory (spark-submit's ``HADOOP_CONF_DIR``). Its jars and
     compiled launcher are kept in pytest's cache."""
-    from servers import hadoop_mini_cluster
+    from support.servers import hadoop_mini_cluster
 
     cache = request.config.cache.mkdir("hadoop") if getattr(request.config, "cache", None) else tmp_path_factory.mktemp("jars")
     with hadoop_mini_cluster(tmp_path_factory.mktemp("hadoop"), cache) as cluster:
@@ -325,7 +333,7 @@ def yarn_cluster(tmp_path_factory: pytest.TempPathFactory, request: pytest.Fixtu
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The suite's S3 server (moto) with a bucket ``flow``; its endpoint URL."""
-    from servers import create_bucket, moto_s3_server
+    from support.servers import create_bucket, moto_s3_server
 
     with moto_s3_server(tmp_path_factory.mktemp("moto") / "server.log") as endpoint:
         create_bucket(endpoint, "flow")
@@ -335,7 +343,7 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 @pytest.fixture(scope="session")
 def azurite_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The suite's Azure Blob server (Azurite) with a container ``flow``; the account's endpoint."""
-    from servers import azurite_blob_server, create_container
+    from support.servers import azurite_blob_server, create_container
 
     base = tmp_path_factory.mktemp("azurite")
     with azurite_blob_server(base / "data", base / "server.log") as endpoint:
@@ -347,7 +355,7 @@ def azurite_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def gcs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, Path]]:
     """The suite's Google Cloud Storage server (fake-gcs-server, built from ``tests/gcs``) with a
     bucket ``flow``: its URL, the GCS connector's jar that Spark reaches it with, the server's binary."""
-    from servers import build_gcs_server, gcs_connector, gcs_server
+    from support.servers import build_gcs_server, gcs_connector, gcs_server
 
     binary, connector = build_gcs_server(), gcs_connector(tmp_path_factory.mktemp("mvn"))
     with gcs_server(binary, "flow", tmp_path_factory.mktemp("gcs") / "server.log") as endpoint:
@@ -360,8 +368,8 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
     directory), ``s3`` (the S3 server, ``s3a://flow/<test>``), ``abfs`` (Azurite,
     ``abfs://flow@devstoreaccount1.dfs.core.windows.net/<test>``) or ``gcs`` (the GCS server,
     ``gs://flow/<test>``)."""
-    from servers import AZURITE_ACCOUNT, AZURITE_KEY
-    from stores import abfs_conf, gcs_conf, s3_conf
+    from support.servers import AZURITE_ACCOUNT, AZURITE_KEY
+    from support.stores import abfs_conf, gcs_conf, s3_conf
 
     kind, unique = getattr(request, "param", "local"), f"{tmp_path.name}-{uuid.uuid4().hex[:8]}"
     if kind == "s3":
@@ -378,7 +386,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
 @pytest.fixture(scope="session")
 def chromium_driver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     """Headless Chromium for the suite (a selenium WebDriver), with a fresh profile."""
-    from servers import chromium
+    from support.servers import chromium
 
     base = tmp_path_factory.mktemp("chromium")
     with chromium(base / "profile", base / "chromedriver.log") as driver:

@@ -10,9 +10,9 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from homes import enqueue, look_as_a_producer, make_queue, serving
-from pages import classes, click, rows, shown, wait
 from selenium.webdriver.common.by import By
+from support.homes import enqueue, look_as_a_producer, make_queue, serving
+from support.pages import classes, click, rows, shown, wait
 
 from spark_flow.ops.admin import FlowAdmin
 

@@ -9,9 +9,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from invariants import assert_transitions_follow_thresholds
 from pyspark.sql import SparkSession
-from streams import is_held, start_consumer, start_producer, status_of, wait_for_looks, wait_until
+from support.invariants import assert_transitions_follow_thresholds
+from support.streams import is_held, start_consumer, start_producer, status_of, wait_for_looks, wait_until
 
 from spark_flow.controller.query import start_controller, stop_between_batches
 from spark_flow.exceptions import ConfigurationError, QueueNotFoundError, UnknownKeyError

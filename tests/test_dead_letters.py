@@ -12,7 +12,7 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
-from streams import is_held, wait_until
+from support.streams import is_held, wait_until
 from test_readme import python_blocks
 
 from spark_flow.exceptions import QueueFullError

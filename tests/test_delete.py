@@ -26,8 +26,8 @@ from deltalake.fs import DeltaStorageHandler
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
-from stores import Store
-from streams import is_held, start_producer, wait_until
+from support.stores import Store
+from support.streams import is_held, start_producer, wait_until
 
 from spark_flow.cli import main
 from spark_flow.controller.observation import observe

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 from conftest import Governed
-from processes import ROOT, failure
 from pyarrow.fs import FileSelector, FileType
 from pyspark.sql import SparkSession
-from servers import free_port
-from stores import s3_conf
+from support.processes import ROOT, failure
+from support.servers import free_port
+from support.stores import s3_conf
 from test_readme import BIN, README, bash_blocks
 
 from spark_flow.ops.doctor import Check, run_checks

@@ -5,7 +5,7 @@ DESIGN 3.3: a producer or consumer killed with SIGKILL at any point and restarte
 checkpoint delivers every message exactly once to an idempotent consumer sink, and
 flowStoppedCount is not doubled; a controller killed and restarted from its checkpoint keeps
 status and flowStoppedCount exact and applies every operator command once. Each process is its
-own Spark application (local[1]: the producer job, tests/fault_process.py's consumer and
+own Spark application (local[1]: the producer job, tests/support/fault_process.py's consumer and
 controller), started in its own process group: the kill takes the Python driver, its JVM and
 its Python workers at once, as a crashed machine would. Kill points and delays
 come from a seeded random generator, so a failing run can be replayed.
@@ -39,7 +39,7 @@ from spark_flow.spark.sink import QueueSink
 
 pytestmark = pytest.mark.timeout(900)
 
-FAULT_PROCESS = Path(__file__).parent / "fault_process.py"
+FAULT_PROCESS = Path(__file__).parent / "support" / "fault_process.py"
 SCHEMA = "id BIGINT, producer STRING"
 SEED = 20261122
 #: Longest wait for one step of a trial (JVM starts take long on a loaded 2-core machine).

@@ -5,9 +5,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from invariants import assert_transitions_follow_thresholds
 from pyspark.sql import SparkSession
-from streams import drain, is_held, start_consumer, start_producer, wait_until
+from support.invariants import assert_transitions_follow_thresholds
+from support.streams import drain, is_held, start_consumer, start_producer, wait_until
 
 from spark_flow.spark.declare import declare
 from spark_flow.spark.source import read_queue

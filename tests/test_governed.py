@@ -17,7 +17,7 @@ from pathlib import Path
 import boto3
 import pytest
 from conftest import Governed
-from processes import ROOT
+from support.processes import ROOT
 
 pytestmark = pytest.mark.processes
 

@@ -7,9 +7,9 @@ import time
 from pathlib import Path
 
 import pytest
-from invariants import assert_transitions_follow_thresholds
 from pyspark.sql import SparkSession
-from streams import drain, is_held, start_consumer, start_producer, wait_until
+from support.invariants import assert_transitions_follow_thresholds
+from support.streams import drain, is_held, start_consumer, start_producer, wait_until
 
 from spark_flow.cli import main
 from spark_flow.controller.query import start_controller

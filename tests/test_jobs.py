@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
-from processes import ROOT, Terminal, ctrl_c_once_held, failure, in_terminal, progress, spark_submit, warnings
+from support.processes import ROOT, Terminal, ctrl_c_once_held, failure, in_terminal, progress, spark_submit, warnings
 
 from spark_flow.flow.queue import Queue
 from spark_flow.rules.keys import conf_settings

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pyspark.sql import SparkSession
-from streams import start_consumer, start_producer, wait_until
+from support.streams import start_consumer, start_producer, wait_until
 
 from spark_flow.spark.declare import declare
 from spark_flow.spark.listener import FlowProgress, FlowProgressListener

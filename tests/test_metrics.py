@@ -10,9 +10,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from homes import acknowledge_all, enqueue, look_as_a_producer, make_queue
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
+from support.homes import acknowledge_all, enqueue, look_as_a_producer, make_queue
 
 from spark_flow.ops.admin import FlowAdmin
 from spark_flow.ops.metrics import METRICS, FlowCollector, exposition, metric_names

@@ -19,10 +19,10 @@ from typing import Any
 from urllib.parse import urlencode
 
 import pytest
-from pages import click, rows, shown, wait
 from pyspark.sql import SparkSession
-from servers import PROMTOOL, prometheus_server
-from streams import is_held, start_producer, status_of, wait_until
+from support.pages import click, rows, shown, wait
+from support.servers import PROMTOOL, prometheus_server
+from support.streams import is_held, start_producer, status_of, wait_until
 
 from spark_flow.controller.query import start_controller, stop_between_batches
 from spark_flow.ops.admin import FlowAdmin
@@ -116,7 +116,7 @@ def pipeline(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> I
 
 def instant(prometheus: str, query: str) -> list[dict[str, Any]]:
     """Prometheus' answer to an instant query (its HTTP API)."""
-    from homes import http
+    from support.homes import http
 
     status, text = http(f"{prometheus}/api/v1/query?{urlencode({'query': query})}")
     answer = json.loads(text)
@@ -154,7 +154,7 @@ def test_prometheus_scraping_serve_answers_what_the_status_table_has(pipeline: d
         assert since <= time.time()
         assert instant(prometheus, f'spark_flow_producers_held{{home="{home}",queue="paced"}}')[0]["value"][1] == "0"
 
-        from homes import http
+        from support.homes import http
 
         groups = json.loads(http(f"{prometheus}/api/v1/rules")[1])["data"]["groups"]
         assert [(r["name"], r["health"]) for r in groups[0]["rules"]][:2] == [
@@ -211,8 +211,8 @@ def test_readme_monitoring_block_as_written(tmp_path: Path) -> None:
     walkthrough's home with ``events`` held: the console and metrics served, ``why`` naming the
     root cause, the rules' tests passing, and Prometheus, configured by ``monitoring/prometheus.yml``,
     answering that ``events`` holds its producers."""
-    from homes import enqueue, http, look_as_a_producer, make_queue
-    from servers import free_port
+    from support.homes import enqueue, http, look_as_a_producer, make_queue
+    from support.servers import free_port
     from test_readme import bash_blocks
 
     [block] = bash_blocks("Monitoring")

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
-from processes import Terminal, ctrl_c_once_held, failure, in_terminal, progress, spark_submit
-from stores import Store
+from support.processes import Terminal, ctrl_c_once_held, failure, in_terminal, progress, spark_submit
+from support.stores import Store
 from test_readme import BIN, bash_blocks
 
 from spark_flow.flow.queue import Queue

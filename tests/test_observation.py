@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pyspark.sql import SparkSession
-from streams import status_of, wait_until
+from support.streams import status_of, wait_until
 
 from spark_flow.controller.query import start_controller, stop_between_batches
 from spark_flow.ops.admin import FlowAdmin

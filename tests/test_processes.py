@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 from _common import start_job
-from processes import spark_submit
 from pyspark.sql import SparkSession
+from support.processes import spark_submit
 
 from spark_flow.spark.declare import declare
 

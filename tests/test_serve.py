@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from homes import enqueue, http, look_as_a_producer, make_queue, serving
-from stores import Store
+from support.homes import enqueue, http, look_as_a_producer, make_queue, serving
+from support.stores import Store
 
 from spark_flow.console.serve import serve_options
 from spark_flow.exceptions import ConfigurationError

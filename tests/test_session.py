@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 from chispa import assert_df_equality
-from processes import ROOT
 from pyspark.sql import SparkSession
+from support.processes import ROOT
 
 from spark_flow.spark.session import DELTA_PACKAGE, get_spark, session_flow_conf, with_conf
 

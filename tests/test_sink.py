@@ -21,7 +21,7 @@ from deltalake import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
-from streams import start_producer, wait_until
+from support.streams import start_producer, wait_until
 
 from spark_flow.exceptions import (
     ConfigurationError,

@@ -18,7 +18,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.streaming.datasource import ReadAllAvailable
-from streams import wait_until
+from support.streams import wait_until
 
 from spark_flow.flow.queue import Queue
 from spark_flow.records.subscriptions import SubscriptionTable

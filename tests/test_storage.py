@@ -14,7 +14,7 @@ from urllib.request import Request, urlopen
 
 import pyarrow as pa
 import pytest
-from stores import S3_SECRET, Store
+from support.stores import S3_SECRET, Store
 
 from spark_flow import ConfigurationError, FlowAdmin
 from spark_flow.cli import main as cli_main
@@ -135,8 +135,8 @@ def test_deltalake_needs_what_the_gcs_server_adds(gcs_server: tuple[str, str, Pa
     server (``tests/gcs``) adds. The day fake-gcs-server serves them, this fails: drop them."""
     from deltalake import write_deltalake
     from deltalake.exceptions import DeltaError
-    from servers import gcs_server as start_gcs_server
-    from stores import gcs_conf
+    from support.servers import gcs_server as start_gcs_server
+    from support.stores import gcs_conf
 
     _endpoint, connector, binary = gcs_server
     with start_gcs_server(binary, "flow", tmp_path / "as-is.log", as_is=True) as endpoint:
@@ -176,7 +176,7 @@ def test_readme_cli_on_object_storage_as_written(store: Store, s3_server: str, t
 
 
 def test_object_storage_conf_is_spark_defaults_plus_the_file_systems() -> None:
-    from stores import GCS_CONNECTOR_CONF, OBJECT_STORAGE_CONF
+    from support.stores import GCS_CONNECTOR_CONF, OBJECT_STORAGE_CONF
 
     defaults = read_properties(str(OBJECT_STORAGE_CONF.parent / "spark-defaults.conf"))
     conf = read_properties(str(OBJECT_STORAGE_CONF))

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from homes import acknowledge_all, enqueue, look_as_a_producer, make_queue
+from support.homes import acknowledge_all, enqueue, look_as_a_producer, make_queue
 
 from spark_flow.exceptions import QueueNotFoundError
 from spark_flow.flow.queue import Queue

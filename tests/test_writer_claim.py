@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from _common import start_job
 from deltalake import DeltaTable
-from processes import failure, progress, spark_submit
-from stores import Store
+from support.processes import failure, progress, spark_submit
+from support.stores import Store
 
 from spark_flow.exceptions import QueueWriterConflictError
 from spark_flow.records.writer_claim import WriterClaim, needs_claim

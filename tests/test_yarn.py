@@ -17,10 +17,10 @@ from pathlib import Path
 import pyspark
 import pytest
 from deltalake import DeltaTable
-from processes import ROOT, Terminal, ctrl_c_once_held, failure, in_terminal, progress, spark_submit
-from servers import yarn_applications
-from stores import Store
-from streams import wait_until
+from support.processes import ROOT, Terminal, ctrl_c_once_held, failure, in_terminal, progress, spark_submit
+from support.servers import yarn_applications
+from support.stores import Store
+from support.streams import wait_until
 from test_object_storage import check_consumer, check_controller
 from test_readme import BIN, bash_blocks
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 from urllib.request import Request, urlopen
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 #: Google's GCS connector for Hadoop 3 (the newest release with a shaded jar on Maven Central).
 GCS_CONNECTOR_VERSION = "3.0.19"
 SPARK_SUBMIT = Path(sys.executable).parent / "spark-submit"

@@ -8,10 +8,9 @@ from __future__ import annotations
 import posixpath
 from dataclasses import dataclass, field
 
-from processes import ROOT
-
 from spark_flow.cli import read_properties
 from spark_flow.rules.storage_options import storage_options
+from support.processes import ROOT
 
 OBJECT_STORAGE_CONF = ROOT / "conf" / "object-storage.conf"
 #: Google's GCS connector as conf/object-storage.conf's GCS lines set it: its classes for

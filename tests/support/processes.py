@@ -13,9 +13,9 @@ from collections.abc import Callable, Mapping
 from typing import IO
 
 from _common import ROOT, start_job
-from streams import wait_until
 
 from spark_flow.flow.queue import Queue
+from support.streams import wait_until
 
 __all__ = ["ROOT", "Terminal", "ctrl_c_once_held", "failure", "in_terminal", "progress", "spark_submit", "warnings"]
 

@@ -21,7 +21,7 @@ from spark_flow import get_spark, read_queue
 from spark_flow.controller.query import start_controller
 from spark_flow.spark.session import exit_process
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "jobs"))  # as pytest's pythonpath
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "jobs"))  # as pytest's pythonpath
 from _common import local_conf
 
 CONF = local_conf(1)
