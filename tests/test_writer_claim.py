@@ -19,6 +19,7 @@ from support.stores import Store
 
 from spark_flow.exceptions import QueueWriterConflictError
 from spark_flow.records.writer_claim import WriterClaim, needs_claim
+from spark_flow.store.table import Merge
 
 
 def test_which_queues_need_a_claim() -> None:
@@ -52,8 +53,8 @@ def test_a_claim_refuses_a_live_second_application_and_passes_when_it_is_gone(st
 def _as_process(process: str) -> tuple:
     import pyarrow as pa
 
-    return (pa.Table.from_pylist([{"queue": "events", "process": process}]), "t.queue = s.queue",
-            lambda m: m.when_matched_update({"process": "s.process"}))
+    return (pa.Table.from_pylist([{"queue": "events", "process": process}]),
+            Merge("t.queue = s.queue", update={"process": "s.process"}))
 
 
 @pytest.mark.processes

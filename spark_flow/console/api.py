@@ -21,7 +21,7 @@ from spark_flow.ops.view import HomeView, QueueView
 from spark_flow.ops.why import edges, explain, root_causes
 from spark_flow.records.status import control_table
 from spark_flow.rules.depth import Depth
-from spark_flow.store.tables import sql_string
+from spark_flow.store.table import sql_string
 
 if TYPE_CHECKING:
     from spark_flow.ops.admin import FlowAdmin
@@ -107,18 +107,12 @@ def chart(admin: FlowAdmin, view: HomeView, queue: str, subscription: str) -> di
 def _samples(admin: FlowAdmin, queue: str, subscription: str, since: datetime) -> list[dict[str, Any]]:
     """The controller's samples of one subscription since ``since``, read with a filter (its
     history table keeps a sample per subscription and controller batch)."""
-    import pyarrow as pa
-    from deltalake import QueryBuilder
-
-    table = control_table(admin.home, "history", admin.storage_options).open()
-    if table is None:
-        return []
     micros = int(since.timestamp() * 1_000_000)
-    query = ("SELECT CAST(time AS BIGINT) AS t, depth_count, stop_count, resume_count, flow_stopped, producers_stopped "
-             f"FROM h WHERE event = 'sample' AND queue = {sql_string(queue)} AND "
-             f"subscription = {sql_string(subscription)} AND CAST(time AS BIGINT) >= {micros}")
-    rows = pa.RecordBatchReader.from_stream(QueryBuilder().register("h", table).execute(query)).read_all().to_pylist()
-    return [{"t": r["t"] / 1_000_000, "depth": r["depth_count"], "stop": r["stop_count"], "resume": r["resume_count"],
+    rows = control_table(admin.home, "history", admin.storage_options).rows(
+        ["time", "depth_count", "stop_count", "resume_count", "flow_stopped", "producers_stopped"],
+        where=f"event = 'sample' AND queue = {sql_string(queue)} AND subscription = {sql_string(subscription)} "
+              f"AND CAST(time AS BIGINT) >= {micros}")
+    return [{"t": r["time"].timestamp(), "depth": r["depth_count"], "stop": r["stop_count"], "resume": r["resume_count"],
              "held": bool(r["flow_stopped"] or r["producers_stopped"]), "from": "controller"} for r in rows]
 
 

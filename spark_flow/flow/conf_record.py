@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from spark_flow.rules.keys import HOME_KEYS, KEYS, PROPERTY_PREFIX, conf_settings, is_setting, setting_name
 from spark_flow.rules.settings import QueueSettings, home_thresholds, queue_settings
-from spark_flow.store.tables import retry_commit
+from spark_flow.store.table import Table, retry_commit
 
 if TYPE_CHECKING:
     from spark_flow.flow.homeflow import HomeFlow
@@ -36,16 +36,13 @@ def record_queue_conf(queue: Queue, conf: Mapping[str, Any]) -> QueueSettings:
         return queue.settings()
 
     def attempt() -> dict[str, tuple[str, Any]]:
-        from deltalake import DeltaTable
-
-        table = DeltaTable(queue.path, storage_options=queue.storage_options or None)
-        properties, runtime = table.metadata().configuration, queue.runtime_settings.current()
+        table = Table(queue.path, queue.storage_options)
+        properties, runtime = table.properties(), queue.runtime_settings.current()
         recorded = {setting_name(k) for k in [*properties, *runtime] if is_setting(k)}
         missing = {name: entry for name, entry in given.items() if name not in recorded}
         if missing:
             queue_settings(queue.name, properties, dict(missing.values()), runtime)  # the whole must hold
-            table.alter.set_table_properties({PROPERTY_PREFIX + n: str(raw) for n, (_k, raw) in missing.items()},
-                                             raise_if_not_exists=False)
+            table.set_properties({PROPERTY_PREFIX + n: str(raw) for n, (_k, raw) in missing.items()})
         return missing
 
     missing = retry_commit(attempt)

@@ -94,26 +94,11 @@ def replay(dead_letters: Queue, origin: Queue) -> int:
 
 
 def append_once(queue: Queue, rows: pa.Table, size: int, app_id: str, version: int) -> None:
-    """Append ``rows`` (``size`` bytes as the queue counts them) to ``queue`` as one deltalake
-    commit with the sink's ``userMetadata`` (so the ledger counts them) and the transaction
-    (``app_id``, ``version``), unless that transaction is in already: a replayed step writes
-    nothing twice."""
-    from deltalake import CommitProperties, Transaction, write_deltalake
-
-    from spark_flow.store.tables import retry_commit
-
+    """Append ``rows`` (``size`` bytes as the queue counts them) to ``queue`` as one commit with
+    the sink's ``userMetadata`` (so the ledger counts them) and the transaction (``app_id``,
+    ``version``), unless that transaction is in already: a replayed step writes nothing twice."""
     metadata: dict[str, Any] = {METADATA_KEY: {"count": rows.num_rows, "size": int(size), "producer": app_id}}
-
-    def attempt() -> None:
-        queue.refresh()
-        done = queue.transaction_version(app_id)
-        if done is not None and done >= version:
-            return
-        write_deltalake(queue.table, rows, mode="append",
-                        commit_properties=CommitProperties(custom_metadata={"userMetadata": json.dumps(metadata)},
-                                                           app_transactions=[Transaction(app_id, version)]))
-
-    retry_commit(attempt)
+    queue.append_once(rows, json.dumps(metadata), (app_id, version))
 
 
 def dead_letter_app_id(origin: Queue, subscription: str) -> str:

@@ -32,7 +32,7 @@ from spark_flow.records.status import control_table
 from spark_flow.records.subscriptions import READER_TIMEOUT, age, process_gone
 from spark_flow.store.access import remove_location
 from spark_flow.store.handles import forget
-from spark_flow.store.tables import sql_string
+from spark_flow.store.table import is_table, sql_string
 
 log = logging.getLogger("spark_flow.ops.admin")
 
@@ -87,12 +87,10 @@ def delete_queue(home: str, name: str, storage_options: Mapping[str, str], *, if
 def _still_there(path: str, storage_options: Mapping[str, str]) -> Queue | None:
     """The queue at ``path``, None if its table is gone; a Delta table there that is not a queue
     raises (it is not spark-flow's to delete)."""
-    from deltalake import DeltaTable
-
     try:
         return Queue(path, storage_options)
     except QueueNotFoundError:
-        if DeltaTable.is_deltatable(path, storage_options=dict(storage_options) or None):
+        if is_table(path, storage_options):
             raise
         return None
 
@@ -126,11 +124,8 @@ def _guard(queue: Queue, *, if_empty: bool, if_unused: bool) -> None:
 def _state_left(home: str, name: str, storage_options: Mapping[str, str]) -> str | None:
     """The state of a queue whose table is gone: where its home keeps queues' state
     (``<home>/<queue>``), if a subscriptions table is there."""
-    from deltalake import DeltaTable
-
     state = posixpath.join(home, name)
-    found = DeltaTable.is_deltatable(posixpath.join(state, "subscriptions"), storage_options=dict(storage_options) or None)
-    return state if found else None
+    return state if is_table(posixpath.join(state, "subscriptions"), storage_options) else None
 
 
 def _within(inner: str, outer: str) -> bool:

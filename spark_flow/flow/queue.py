@@ -5,7 +5,7 @@ properties, and its own small tables at its state location (``flow.stateLocation
 subscriptions, transition history, run-time settings and hold times. Positions are the table's
 commit versions with a message index inside a commit (:class:`~spark_flow.rules.depth.Position`):
 the queue's own log is the queue. A :class:`Queue` needs no SparkSession (it reads the log with
-``deltalake``), so the same code runs on the driver and in Python data source workers; declaring
+the store), so the same code runs on the driver and in Python data source workers; declaring
 a queue (:mod:`spark_flow.spark.declare`) needs Spark, because catalog tables and DDL live there. A
 queue deleted (``FlowAdmin.delete_queue``, ``DROP TABLE``, its directory removed) raises
 :class:`QueueNotFoundError` at every process's next look, and its state is never written again
@@ -31,11 +31,11 @@ from spark_flow.rules.settings import QueueSettings, queue_settings
 from spark_flow.store.handles import forget, shared
 from spark_flow.store.ledger import Ledger
 from spark_flow.store.messages import plain_schema, read_messages
+from spark_flow.store.table import Table, is_table, retry_commit
 from spark_flow.store.tables import Owner
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from deltalake import DeltaTable
     from pyspark.sql.types import StructType
 
 QUEUE_NAME = "flow.queueName"
@@ -62,21 +62,18 @@ class Queue:
     """
 
     def __init__(self, path: str, storage_options: Mapping[str, str] | None = None) -> None:
-        from deltalake import DeltaTable
-
         self.path = normalize_path(path)
         self.storage_options = dict(storage_options or {})
-        options = self.storage_options or None
-        if not DeltaTable.is_deltatable(self.path, storage_options=options):
+        if not is_table(self.path, self.storage_options):
             raise QueueNotFoundError(self.path, "there is no Delta table at this location")
-        self._table = DeltaTable(self.path, storage_options=options)
-        properties = self._table.metadata().configuration
+        self._table = Table(self.path, self.storage_options)
+        properties = self._table.properties()
         if STATE_LOCATION not in properties:
             raise QueueNotFoundError(self.path, "this Delta table is not declared as a queue (spark_flow.spark.declare)")
         self.name: str = properties.get(QUEUE_NAME) or queue_name(self.path)
         self.ledger = Ledger(self._table)
         state = properties[STATE_LOCATION]
-        self.owner = Owner(self.name, self.path, state, self._table.version, self.storage_options)
+        self.owner = Owner(self.name, self._table, state)
         kept, owner = self.storage_options, self.owner  # the state tables are written while the queue is there
         self.subscriptions = SubscriptionTable(posixpath.join(state, "subscriptions"), self.name, kept, owner=owner)
         self.history = HistoryTable(posixpath.join(state, "history"), self.name, kept, owner=owner)
@@ -88,11 +85,6 @@ class Queue:
 
     def __repr__(self) -> str:
         return f"Queue({self.name!r}, path={self.path!r})"
-
-    @property
-    def table(self) -> DeltaTable:
-        """The queue's Delta table as of the last :meth:`refresh`."""
-        return self._table
 
     def refresh(self) -> int:
         """Catch up with the queue's log; return its latest version.
@@ -114,7 +106,7 @@ class Queue:
 
     def properties(self) -> dict[str, str]:
         """The queue table's properties as of the last refresh."""
-        return dict(self._table.metadata().configuration)
+        return self._table.properties()
 
     @property
     def home(self) -> str | None:
@@ -140,16 +132,14 @@ class Queue:
     def schema(self) -> pa.Schema:
         """The messages' schema (the table's columns) as Arrow, with the plain string and binary
         types Spark expects where deltalake reads view types."""
-        import pyarrow as pa
-
-        return plain_schema(pa.schema(self._table.schema().to_arrow()))
+        return plain_schema(self._table.arrow_schema())
 
     def spark_schema(self) -> StructType:
         """The messages' schema as Spark types, exactly as the Delta log records it (variant,
         nested nullability), for checking a batch before it is written."""
         from pyspark.sql.types import StructType
 
-        return StructType.fromJson(json.loads(self._table.schema().to_json()))
+        return StructType.fromJson(json.loads(self._table.schema_json()))
 
     def backlog(self, refresh: bool = True) -> list[tuple[Subscription, Depth]]:
         """Every subscription with its depth (the messages after its ack position), then the
@@ -226,6 +216,30 @@ class Queue:
     def transaction_version(self, app_id: str) -> int | None:
         """The last ``txnVersion`` committed by ``app_id`` (as of the last refresh), or None."""
         return self._table.transaction_version(app_id)
+
+    def append_once(self, rows: pa.Table, user_metadata: str, transaction: tuple[str, int]) -> bool:
+        """Append ``rows`` as one commit with ``user_metadata`` under the app ``transaction``
+        (``txnAppId``, ``txnVersion``), unless that transaction is in already: a replayed step
+        writes nothing twice. True if it wrote."""
+
+        def attempt() -> bool:
+            self.refresh()
+            done = self.transaction_version(transaction[0])
+            if done is not None and done >= transaction[1]:
+                return False
+            self._table.append(rows, transaction=transaction, user_metadata=user_metadata)
+            return True
+
+        return retry_commit(attempt)
+
+    def live_files(self, version: int | None = None) -> dict[str, tuple[int, int]]:
+        """The queue's data files (path -> bytes, rows) now, or as of ``version``."""
+        table = self._table if version is None else Table(self.path, self.storage_options, version=version)
+        return table.live_files()
+
+    def remove_files(self, files: Mapping[str, int], transaction: tuple[str, int], user_metadata: str) -> None:
+        """Commit the removal of ``files`` (path -> bytes) that no reader sees as a change (a purge)."""
+        self._table.remove_files(files, transaction=transaction, user_metadata=user_metadata)
 
     def read(self, after: Position, upto: Position) -> pa.Table:
         """The messages after position ``after`` up to position ``upto``, with ``_position``

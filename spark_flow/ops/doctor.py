@@ -27,7 +27,8 @@ from spark_flow.records.home import control_path
 from spark_flow.rules.names import queue_ref
 from spark_flow.spark.declare import queue_location
 from spark_flow.spark.session import session_storage_options
-from spark_flow.store.access import named_access_errors, remove_location
+from spark_flow.store.access import remove_location
+from spark_flow.store.table import write_and_read as probe_table
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -112,16 +113,9 @@ def _storage_fix(error: BaseException) -> str:
 
 
 def write_and_read(location: str, options: Mapping[str, str]) -> str:
-    """Write a one-row Delta table at ``location`` with ``deltalake`` and read it back; a failure
+    """Write a one-row Delta table at ``location`` with the store and read it back; a failure
     to reach the storage raises :class:`StorageAccessError`, naming what is missing."""
-    import pyarrow as pa
-    from deltalake import DeltaTable, write_deltalake
-
-    storage = dict(options) or None
-    with named_access_errors(location, options):
-        write_deltalake(location, pa.table({"probe": [1]}), storage_options=storage)
-        rows = DeltaTable(location, storage_options=storage).to_pyarrow_table().num_rows
-    return f"wrote and read {location} ({rows} row)"
+    return f"wrote and read {location} ({probe_table(location, options)} row)"
 
 
 def _executor_probe(location: str, options: dict[str, str]) -> Callable[[Iterator[Any]], Iterator[Any]]:

@@ -246,5 +246,5 @@ def _status_updated(home: str, storage: Mapping[str, str]) -> datetime | None:
     table = control_table(home, "status", storage).open()
     if table is None:
         return None
-    commit = table.history(1)
+    commit = table.commit_infos(table.version())
     return datetime.fromtimestamp(commit[0]["timestamp"] / 1000, UTC) if commit else None

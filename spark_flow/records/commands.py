@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from spark_flow.exceptions import SparkFlowError
 from spark_flow.records.home import control_path
+from spark_flow.store.table import append
 from spark_flow.store.tables import RecordTable
 
 if TYPE_CHECKING:
@@ -80,18 +81,15 @@ class CommandLog:
     def append(self, command: str, target: str, settings: Mapping[str, str | None] | None = None) -> int:
         """Append one command as its own commit; return its id (that commit's version)."""
         import pyarrow as pa
-        from deltalake import CommitProperties, write_deltalake
 
         token = uuid.uuid4().hex
         row = {"command": command, "target": target, "settings": json.dumps(dict(settings or {})),
                "issued_at": datetime.now(UTC), "token": token}
-        write_deltalake(self.location, pa.Table.from_pylist([row], schema=_commands_schema()), mode="append",
-                        configuration={"delta.enableChangeDataFeed": "true"},
-                        commit_properties=CommitProperties(custom_metadata={"spark.flow.command": token}),
-                        storage_options=self._table.storage_options or None)
+        append(self.location, pa.Table.from_pylist([row], schema=_commands_schema()), self._table.storage_options,
+               commit_info={"spark.flow.command": token}, properties={"delta.enableChangeDataFeed": "true"})
         table = self._table.open()
         assert table is not None  # written just now
-        for info in table.history():  # newest first: found at once unless many commands were issued meanwhile
+        for info in table.commit_infos(0):  # newest first: found at once unless many commands were issued meanwhile
             if info.get("spark.flow.command") == token:
                 return int(info["version"])
         raise SparkFlowError(f"command {token} was written to {self.location} but its commit is not in the "
@@ -111,7 +109,7 @@ class CommandLog:
         table = self._table.open()
         if upto <= after or table is None:
             return []
-        changes = pa.table(table.load_cdf(starting_version=after + 1, ending_version=upto))
+        changes = table.changes(after + 1, upto)
         changes = changes.select(["command", "target", "settings", "issued_at", "_change_type", "_commit_version"])
         changes = changes.cast(pa.schema([f.with_type(pa.string()) if pa.types.is_string_view(f.type) else f
                                           for f in changes.schema]))

@@ -20,6 +20,7 @@ from dataclasses import asdict, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from spark_flow.store.table import Merge
 from spark_flow.store.tables import Owner, RecordTable
 
 if TYPE_CHECKING:
@@ -84,9 +85,9 @@ class HistoryTable:
         rows = pa.Table.from_pylist([row], schema=_schema())
         self._table.create(_schema())
         since = rows.append_column("since", pa.array([sub.created_at or _EPOCH], pa.timestamp("us", tz="UTC")))
-        self._table.merge(since, "t.subscription = s.subscription AND t.flow_stopped = s.flow_stopped "
-                                 "AND t.flow_stopped_count = s.flow_stopped_count AND t.time >= s.since",
-                          lambda m: m.when_not_matched_insert({name: f"s.{name}" for name in _schema().names}),
+        self._table.merge(since, Merge("t.subscription = s.subscription AND t.flow_stopped = s.flow_stopped "
+                                       "AND t.flow_stopped_count = s.flow_stopped_count AND t.time >= s.since",
+                                       insert={name: f"s.{name}" for name in _schema().names}),
                           merge_schema=True)
         self._recorded.add((sub.name, sub.flow_stopped, sub.flow_stopped_count))
 

@@ -12,7 +12,8 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from spark_flow.store.tables import Owner, RecordTable, sql_string
+from spark_flow.store.table import ALL, Merge, sql_string
+from spark_flow.store.tables import Owner, RecordTable
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -44,8 +45,7 @@ class HoldTimes:
 
         row = pa.Table.from_pylist([{"query": query, "batch": batch, "held_seconds": seconds,
                                      "updated_at": datetime.now(UTC)}], schema=_schema())
-        self._table.upsert(row, f"t.query = {sql_string(query)}",
-                           lambda m: m.when_matched_update_all().when_not_matched_insert_all())
+        self._table.upsert(row, Merge(f"t.query = {sql_string(query)}", update=ALL, insert=ALL))
 
     def seconds(self, query: str, batch: int) -> float:
         """How long ``query``'s batch ``batch`` was held after its writes: 0 if it was not."""

@@ -19,7 +19,8 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from spark_flow.store.tables import RecordTable, read_rows, sql_string
+from spark_flow.store.table import ALL, Merge, sql_string
+from spark_flow.store.tables import RecordTable
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -63,8 +64,8 @@ class Registry:
         now = datetime.now(UTC)
         rows = pa.Table.from_pylist([{"name": name, "path": path, "registered_at": now} for name, path in queues.items()],
                                     schema=_schema())
-        self._table.upsert(rows, "t.name = s.name", lambda m: m.when_matched_update(
-            {"path": "s.path"}, predicate="t.path <> s.path").when_not_matched_insert_all())
+        self._table.upsert(rows, Merge("t.name = s.name", update={"path": "s.path"}, update_when="t.path <> s.path",
+                                       insert=ALL))
 
     def unregister(self, name: str) -> None:
         """Remove queue ``name`` (a deleted queue): the controller stops looking at it."""
@@ -77,6 +78,6 @@ class Registry:
         if table is None:
             return {}
         if self._listed[0] != table.version():
-            rows = read_rows(table, ["name", "path"])
+            rows = table.rows(["name", "path"])
             self._listed = (table.version(), {r["name"]: r["path"] for r in sorted(rows, key=lambda r: r["name"])})
         return dict(self._listed[1])

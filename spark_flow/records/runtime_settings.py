@@ -14,7 +14,8 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from spark_flow.store.tables import Owner, RecordTable, read_rows
+from spark_flow.store.table import ALL, Merge
+from spark_flow.store.tables import Owner, RecordTable
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -52,7 +53,7 @@ class RuntimeSettings:
         """The settings in force, read again only when the table has a new version."""
         table = self._table.open()
         if table is not None and table.version() != self._version:
-            rows = read_rows(table, ["key", "value", "command_id", "updated_at"])
+            rows = table.rows(["key", "value", "command_id", "updated_at"])
             self._settings = {row["key"]: row["value"] for row in rows if row["value"] is not None}
             self._changed = {row["key"]: row["updated_at"] for row in rows}
             self._applied = max((row["command_id"] for row in rows), default=-1)
@@ -79,8 +80,7 @@ class RuntimeSettings:
         now = datetime.now(UTC)
         rows = pa.Table.from_pylist([{"key": k, "value": None if v is None else str(v), "command_id": command_id,
                                       "updated_at": now} for k, v in settings.items()], schema=_schema())
-        self._table.upsert(rows, "t.key = s.key", lambda m: m.when_matched_update_all(
-            predicate="s.command_id > t.command_id").when_not_matched_insert_all())
+        self._table.upsert(rows, Merge("t.key = s.key", update=ALL, update_when="s.command_id > t.command_id", insert=ALL))
 
     def fill(self, settings: Mapping[str, str]) -> None:
         """Record ``settings`` where no row has the key yet (a process's Spark conf supplying a
@@ -91,4 +91,4 @@ class RuntimeSettings:
         now = datetime.now(UTC)
         rows = pa.Table.from_pylist([{"key": k, "value": str(v), "command_id": -1, "updated_at": now}
                                      for k, v in settings.items()], schema=_schema())
-        self._table.upsert(rows, "t.key = s.key", lambda m: m.when_not_matched_insert_all())
+        self._table.upsert(rows, Merge("t.key = s.key", insert=ALL))

@@ -18,11 +18,13 @@ from typing import TYPE_CHECKING, Any
 
 from spark_flow.records.home import control_path
 from spark_flow.store.handles import shared
-from spark_flow.store.tables import RecordTable, read_rows, sql_string
+from spark_flow.store.table import ALL, Merge, sql_string
+from spark_flow.store.tables import RecordTable
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from deltalake import DeltaTable
+
+    from spark_flow.store.table import Table
 
 
 def _flow_fields() -> list[pa.Field]:
@@ -89,8 +91,8 @@ def write_status(home: str, rows: Sequence[Mapping[str, Any]], gone: Sequence[tu
     data = pa.Table.from_pylist(list(rows), schema=status_schema())
     table.create(status_schema())
     if rows:
-        table.merge(data, "t.queue = s.queue AND t.subscription = s.subscription",
-                    lambda m: m.when_matched_update_all().when_not_matched_insert_all(), merge_schema=True)
+        table.merge(data, Merge("t.queue = s.queue AND t.subscription = s.subscription", update=ALL, insert=ALL),
+                    merge_schema=True)
     for queue, subscription in gone:
         table.delete(f"queue = {sql_string(queue)} AND subscription = {sql_string(subscription)}")
 
@@ -100,37 +102,33 @@ def append_history(home: str, rows: Sequence[Mapping[str, Any]], app_id: str, ve
     """Append history rows once per (``app_id``, ``version``): a replayed controller batch
     finds its transaction in the table's log and writes nothing. True if it wrote."""
     import pyarrow as pa
-    from deltalake import CommitProperties, Transaction, write_deltalake
 
     handle = control_table(home, "history", storage_options)
     table = handle.open()
-    target = table if table is not None else handle.location  # the handle is written through, so kept current
     if table is not None:
         done = table.transaction_version(app_id)
         if done is not None and done >= version:
             rows = _missing_transitions(table, rows)
             if rows:  # a replayed batch saw transitions the first attempt did not: add only those
-                write_deltalake(target, pa.Table.from_pylist(rows, schema=history_schema()), mode="append",
-                                schema_mode="merge", storage_options=handle.storage_options or None)
+                handle.append(pa.Table.from_pylist(rows, schema=history_schema()), merge_schema=True)
             return False
     if not rows:
         return False
-    write_deltalake(target, pa.Table.from_pylist(list(rows), schema=history_schema()), mode="append",
-                    schema_mode="merge", commit_properties=CommitProperties(app_transactions=[Transaction(app_id, version)]),
-                    storage_options=handle.storage_options or None)
+    handle.append(pa.Table.from_pylist(list(rows), schema=history_schema()), transaction=(app_id, version),
+                  merge_schema=True)
     return True
 
 
 TRANSITIONS = ("stopped", "resumed")
 
 
-def _missing_transitions(table: DeltaTable, rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def _missing_transitions(table: Table, rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """The transition rows not in the history yet; a transition is unique by queue, subscription,
     event and flowStoppedCount (the n-th stop and the resume after it happen once)."""
     wanted = [dict(r) for r in rows if r["event"] in TRANSITIONS]
     if not wanted:
         return []
     key = ("queue", "subscription", "event", "flow_stopped_count")
-    seen = {tuple(r[k] for k in key) for r in read_rows(table, list(key))
+    seen = {tuple(r[k] for k in key) for r in table.rows(list(key))
             if r["event"] in TRANSITIONS}
     return [r for r in wanted if tuple(r[k] for k in key) not in seen]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING, Any
 from spark_flow.exceptions import QueueNotFoundError, SubscriptionInUseError, SubscriptionNotFoundError
 from spark_flow.rules.depth import Position
 from spark_flow.rules.state import FlowState
-from spark_flow.store.tables import Owner, RecordTable, one_row, read_rows, sql_string
+from spark_flow.store.table import Merge, sql_string
+from spark_flow.store.tables import Owner, RecordTable, one_row
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from deltalake.table import TableMerger
 
 DEFAULT_SUBSCRIPTION = "default"
 
@@ -178,7 +178,7 @@ class SubscriptionTable:
             raise QueueNotFoundError(self.queue, f"its subscriptions table at {self.location} is missing: declare it again")
         version = table.version()
         if self._listed[0] != version:
-            rows = read_rows(table)
+            rows = table.rows()
             self._listed = (version, sorted((Subscription.from_row(row) for row in rows), key=lambda s: s.name))
         return list(self._listed[1])
 
@@ -196,10 +196,9 @@ class SubscriptionTable:
         row = {"name": name, "position": position, "index": 0, "flow_stopped": False, "flow_stopped_count": 0,
                "last_transition": None, "discarded_count": 0, "expired_count": 0, "dead_lettered_count": 0,
                "created_at": now, "updated_at": now, "acked_at": now}
-        inserted = self._merge(row, lambda m: m.when_not_matched_insert(
-            {key: f"s.{key}" for key in row}
-            | {"downstream": "NULL", "reader": "NULL", "reader_seen": "NULL", "reader_process": "NULL",
-               "delivery": "NULL"}))
+        inserted = self._merge(row, insert={key: f"s.{key}" for key in row}
+                               | {"downstream": "NULL", "reader": "NULL", "reader_seen": "NULL", "reader_process": "NULL",
+                                  "delivery": "NULL"})
         return bool(inserted["num_target_rows_inserted"] > 0)
 
     def drop(self, name: str) -> None:
@@ -232,7 +231,7 @@ class SubscriptionTable:
             row["reader"] = reader
             update |= {"reader": "s.reader", "reader_seen": "s.now"}
             predicate += " AND (t.reader IS NULL OR t.reader = s.reader)"
-        metrics = self._merge(row, lambda m: m.when_matched_update(update, predicate=predicate))
+        metrics = self._merge(row, update=update, update_when=predicate)
         return metrics["num_target_rows_updated"] > 0 or self._not_moved(name, reader)
 
     def _not_moved(self, name: str, reader: str | None) -> bool:
@@ -251,8 +250,8 @@ class SubscriptionTable:
             if wanted == sub.downstream:
                 return
             row = {"name": name, "downstream": ",".join(wanted), "was": ",".join(sub.downstream)}
-            metrics = self._merge(row, lambda m: m.when_matched_update(
-                {"downstream": "s.downstream"}, predicate="coalesce(t.downstream, '') = s.was"))
+            metrics = self._merge(row, update={"downstream": "s.downstream"},
+                                  update_when="coalesce(t.downstream, '') = s.was")
             if metrics["num_target_rows_updated"]:
                 return
 
@@ -270,9 +269,8 @@ class SubscriptionTable:
                 raise SubscriptionInUseError(self.queue, name, sub.reader, age(sub.reader_seen), timeout)
             row = {"name": name, "reader": reader, "process": PROCESS, "now": datetime.now(UTC),
                    "was": sub.reader or ""}
-            metrics = self._merge(row, lambda m: m.when_matched_update(
-                {"reader": "s.reader", "reader_seen": "s.now", "reader_process": "s.process"},
-                predicate="coalesce(t.reader, '') = s.was"))
+            metrics = self._merge(row, update={"reader": "s.reader", "reader_seen": "s.now", "reader_process": "s.process"},
+                                  update_when="coalesce(t.reader, '') = s.was")
             if metrics["num_target_rows_updated"]:
                 return
 
@@ -282,9 +280,9 @@ class SubscriptionTable:
         messages moved to the dead-letter queue in the same write, so a replayed step counts
         nothing twice. False if the row shows another progress (the caller reads again)."""
         row = {"name": name, "delivery": delivery, "was": was or "", "moved": dead_lettered}
-        metrics = self._merge(row, lambda m: m.when_matched_update(
-            {"delivery": "s.delivery", "dead_lettered_count": "coalesce(t.dead_lettered_count, 0) + s.moved"},
-            predicate="coalesce(t.delivery, '') = s.was"))
+        metrics = self._merge(row, update={"delivery": "s.delivery",
+                                           "dead_lettered_count": "coalesce(t.dead_lettered_count, 0) + s.moved"},
+                              update_when="coalesce(t.delivery, '') = s.was")
         return bool(metrics["num_target_rows_updated"])
 
     def transition(self, before: Subscription, flow_stopped: bool, flow_stopped_count: int,
@@ -297,11 +295,10 @@ class SubscriptionTable:
         now = datetime.now(UTC)
         row = {"name": before.name, "flow_stopped": flow_stopped, "flow_stopped_count": flow_stopped_count,
                "detail": detail, "was_stopped": before.flow_stopped, "was_count": before.flow_stopped_count, "now": now}
-        metrics = self._merge(row, lambda m: m.when_matched_update(
-            {"flow_stopped": "s.flow_stopped", "flow_stopped_count": "s.flow_stopped_count",
-             "last_transition": "s.now", "last_transition_detail": "s.detail", "updated_at": "s.now"},
-            predicate="t.flow_stopped = s.was_stopped AND t.flow_stopped_count = s.was_count",
-        ))
+        metrics = self._merge(row, update={"flow_stopped": "s.flow_stopped", "flow_stopped_count": "s.flow_stopped_count",
+                                           "last_transition": "s.now", "last_transition_detail": "s.detail",
+                                           "updated_at": "s.now"},
+                              update_when="t.flow_stopped = s.was_stopped AND t.flow_stopped_count = s.was_count")
         if not metrics["num_target_rows_updated"]:
             return None
         return replace(before, flow_stopped=flow_stopped, flow_stopped_count=flow_stopped_count, last_transition=now,
@@ -314,7 +311,9 @@ class SubscriptionTable:
             self._table.add_columns(_LATER_COLUMNS)
             self._columns_ready = True
 
-    def _merge(self, row: dict[str, Any], clauses: Callable[[TableMerger], TableMerger]) -> dict[str, Any]:
+    def _merge(self, row: dict[str, Any], *, update: Mapping[str, str] | None = None, update_when: str | None = None,
+               insert: Mapping[str, str] | None = None) -> dict[str, Any]:
         """MERGE one row keyed by name."""
         self._add_columns()
-        return self._table.merge(one_row(row), "t.name = s.name", clauses)
+        return self._table.merge(one_row(row), Merge("t.name = s.name", update=update, update_when=update_when,
+                                                     insert=insert))

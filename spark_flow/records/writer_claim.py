@@ -23,6 +23,7 @@ from typing import Any
 
 from spark_flow.exceptions import QueueWriterConflictError
 from spark_flow.records.subscriptions import PROCESS, age, process_gone
+from spark_flow.store.table import Merge
 from spark_flow.store.tables import Owner, RecordTable
 
 #: URI schemes whose Delta LogStore by default is safe for one application (S3SingleDriverLogStore).
@@ -93,10 +94,10 @@ class WriterClaim:
             row = {"queue": self.queue, "application": self.application, "process": PROCESS,
                    "seen": datetime.now(UTC), "was": held["application"] if held else ""}
             data = pa.Table.from_pylist([row])
-            metrics = self._table.merge(data, "t.queue = s.queue", lambda m: m.when_matched_update(
-                {"application": "s.application", "process": "s.process", "seen": "s.seen"},
-                predicate="coalesce(t.application, '') = s.was").when_not_matched_insert(
-                {"queue": "s.queue", "application": "s.application", "process": "s.process", "seen": "s.seen"}))
+            metrics = self._table.merge(data, Merge(
+                "t.queue = s.queue", update={"application": "s.application", "process": "s.process", "seen": "s.seen"},
+                update_when="coalesce(t.application, '') = s.was",
+                insert={"queue": "s.queue", "application": "s.application", "process": "s.process", "seen": "s.seen"}))
             if metrics["num_target_rows_updated"] or metrics["num_target_rows_inserted"]:
                 self._renewed = time.monotonic()
                 return

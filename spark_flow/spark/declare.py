@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import posixpath
-import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -37,13 +36,16 @@ from spark_flow.rules.settings import queue_settings
 from spark_flow.spark.session import session_flow_conf, session_storage_options
 from spark_flow.store.access import check_access
 from spark_flow.store.handles import forget
-from spark_flow.store.tables import retry_commit, spark_sql_string
+from spark_flow.store.table import retry_commit
 
 if TYPE_CHECKING:
-    from deltalake.transaction import AddAction, RemoveAction
     from pyspark.sql import SparkSession
     from pyspark.sql.types import StructType
 
+
+def spark_sql_string(text: str) -> str:
+    """A string literal in a Spark SQL statement: a quote is escaped with a backslash."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 def _queue_properties(settings: Mapping[str, Any]) -> dict[str, str]:
     """Declare arguments as ``flow.*`` table properties (``maxCount``, ``flow.maxCount`` and
@@ -264,35 +266,16 @@ def purge_acknowledged(spark: SparkSession, queue: str) -> int:
 def purge(queue: Queue) -> int:
     """Remove the files of the commits every subscription of ``queue`` has acknowledged; return
     the messages they held. See :func:`purge_acknowledged`."""
-    from deltalake.transaction import CommitProperties, Transaction
-
     positions = [s.position for s in queue.subscriptions.list()]
     queue.refresh()
     floor = min(positions, default=-1)
     if floor <= queue.earliest_position():
         return 0
-    removes, count = _files_through(queue, floor)
-    if not removes:
+    # a queue only appends, so the files commits up to ``floor`` added are the live files of that version
+    live, then = queue.live_files(), queue.live_files(floor)
+    removed = {path: live[path] for path in then if path in live}
+    if not removed:
         return 0
     metadata = json.dumps({METADATA_KEY: {"count": 0, "size": 0, "purgedThrough": floor}})
-    properties = CommitProperties(custom_metadata={"userMetadata": metadata},
-                                  app_transactions=[Transaction(PURGE_APP_ID, floor)])
-    queue.table.create_write_transaction(removes, "append", queue.table.schema(), commit_properties=properties)
-    return count
-
-
-def _files_through(queue: Queue, floor: int) -> tuple[list[AddAction | RemoveAction], int]:
-    """``dataChange=false`` removes of the live files that commits up to ``floor`` added
-    (a queue only appends, so they are the live files of version ``floor``), and their rows."""
-    import pyarrow as pa
-    from deltalake import DeltaTable
-    from deltalake.transaction import RemoveAction
-
-    live = {row["path"]: row for row in pa.table(queue.table.get_add_actions(flatten=True)).to_pylist()}
-    then = DeltaTable(queue.path, version=floor, storage_options=queue.storage_options or None)
-    paths = [p for p in pa.table(then.get_add_actions(flatten=True)).column("path").to_pylist() if p in live]
-    now = int(time.time() * 1000)
-    removes: list[AddAction | RemoveAction] = [RemoveAction(p, data_change=False, deletion_timestamp=now, size=live[p]["size_bytes"])
-               for p in paths]
-    return removes, sum(int(live[p]["num_records"] or 0) for p in paths)
-
+    queue.remove_files({path: size for path, (size, _rows) in removed.items()}, (PURGE_APP_ID, floor), metadata)
+    return sum(rows for _size, rows in removed.values())

@@ -23,7 +23,7 @@ import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from spark_flow.store.tables import retry_commit
+from spark_flow.store.table import retry_commit
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable

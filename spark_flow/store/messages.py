@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from deltalake import DeltaTable
 
     from spark_flow.rules.depth import Position
+    from spark_flow.store.table import Table
 
 
 def plain_schema(schema: pa.Schema) -> pa.Schema:
@@ -38,7 +38,7 @@ def message_schema(schema: pa.Schema) -> pa.Schema:
     )
 
 
-def read_messages(table: DeltaTable, schema: pa.Schema, after: Position, upto: Position) -> pa.Table:
+def read_messages(table: Table, schema: pa.Schema, after: Position, upto: Position) -> pa.Table:
     """The messages of ``table`` (a queue with columns ``schema``) after position ``after`` up
     to position ``upto``, with ``_position`` and ``_enqueue_time``, in enqueue order."""
     import numpy as np
@@ -47,7 +47,7 @@ def read_messages(table: DeltaTable, schema: pa.Schema, after: Position, upto: P
 
     if upto <= after:
         return message_schema(schema).empty_table()
-    changes = pa.table(table.load_cdf(starting_version=after.version + 1, ending_version=upto.reached))
+    changes = table.changes(after.version + 1, upto.reached)
     changes = changes.cast(plain_schema(changes.schema))  # filter and take have no kernels for view types
     changes = changes.filter(pc.equal(changes["_change_type"], "insert"))
     changes = _in_commit_order(changes, schema.names)

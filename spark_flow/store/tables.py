@@ -1,11 +1,11 @@
-"""The small Delta tables spark-flow keeps its state in, written with ``deltalake``.
+"""The small Delta tables spark-flow keeps its state in (:class:`RecordTable`), and the queue that owns them.
 
 Subscriptions, transitions, run-time settings, the home's registry, commands, status and
 history are each a Delta table beside the queues: atomic on any storage Delta supports, and
 written without a SparkSession (they are written in Python data source workers, the CLI and
 the controller's sink). Every change is an append or a MERGE whose predicate makes a replayed
-or raced change harmless; a commit that loses a race (``CommitFailedError``) is built again on
-a fresh snapshot. The first writer creates the table; one that loses that race merges into the
+or raced change harmless (:class:`~spark_flow.store.table.Merge`); a commit that loses a race
+is built again on a fresh snapshot. The first writer creates the table; one that loses that race merges into the
 table the winner created.
 
 A queue's tables are written only while the queue's own table is there (:class:`Owner`): once a
@@ -17,72 +17,18 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import time
 from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from spark_flow.exceptions import ConfigurationError, QueueNotFoundError
-from spark_flow.store.access import named_access_errors, remove_location
+from spark_flow.store.access import remove_location
+from spark_flow.store.table import Merge, Table, append, create_empty, retry_commit
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from deltalake import DeltaTable
-    from deltalake.table import TableMerger
 
 T = TypeVar("T")
-
-_RETRIES = 50
-
-
-def retry_commit(action: Callable[[], T]) -> T:
-    """Run a Delta commit, again on a fresh snapshot while a concurrent commit conflicts with it."""
-    from deltalake.exceptions import CommitFailedError
-
-    for attempt in range(_RETRIES):
-        try:
-            return action()
-        except CommitFailedError:
-            time.sleep(min(0.01 * 2**attempt, 0.5))
-    return action()
-
-
-def sql_string(text: str) -> str:
-    """A string literal in a deltalake (DataFusion) predicate: a quote is doubled. Spark SQL
-    reads ``''`` as two literals run together, so Spark statements use :func:`spark_sql_string`."""
-    return "'" + text.replace("'", "''") + "'"
-
-
-def spark_sql_string(text: str) -> str:
-    """A string literal in a Spark SQL statement: a quote is escaped with a backslash."""
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
-def read_rows(table: DeltaTable, columns: list[str] | None = None) -> list[dict[str, Any]]:
-    """Every row of a small Delta table (of ``columns``), read with deltalake's DataFusion
-    query engine: 2 ms for a subscriptions table, where ``to_pyarrow_table`` (through
-    ``pyarrow.dataset``) takes 5 ms, and a gate or source reads one again at each new version."""
-    import pyarrow as pa
-    from deltalake import QueryBuilder
-
-    selected = ", ".join(f'"{c}"' for c in columns) if columns else "*"
-    result = QueryBuilder().register("t", table).execute(f"SELECT {selected} FROM t")
-    rows = pa.RecordBatchReader.from_stream(result).read_all()
-    # pyarrow makes a zoned timestamp's datetime only after importing pandas (0.2-0.4 s the
-    # first time, in a source process Spark starts afresh for each query): read the UTC wall
-    # time (a zero-copy view: no compute kernels to import either) and put the zone back here.
-    zoned = [f for f in rows.schema if pa.types.is_timestamp(f.type) and f.type.tz]
-    for zoned_field in zoned:
-        wall = pa.timestamp(zoned_field.type.unit)
-        chunks = [chunk.view(wall) for chunk in rows.column(zoned_field.name).chunks]
-        rows = rows.set_column(rows.schema.get_field_index(zoned_field.name), zoned_field.with_type(wall),
-                               pa.chunked_array(chunks, wall))
-    listed: list[dict[str, Any]] = rows.to_pylist()
-    for row in listed:
-        for zoned_field in zoned:
-            if row[zoned_field.name] is not None:
-                row[zoned_field.name] = row[zoned_field.name].replace(tzinfo=UTC)
-    return listed
 
 
 def one_row(row: Mapping[str, Any]) -> pa.Table:
@@ -123,44 +69,26 @@ class Owner:
     is there. A write into a deleted queue's state (a held producer stopped after the deletion
     recording its hold, a consumer's last acknowledgement, a table created at first use) would
     recreate files in the queue's place; :class:`RecordTable` asks :meth:`require` before each.
-
-    The check is one request: is the newest commit this process read (``version()``, the
-    queue's handle) still in the log? Delta never cleans up a table's newest commit, and a
-    table deleted and made again at the same path starts its log over.
+    This is the one rule for "the queue is gone": the newest commit this process read of the
+    queue's table is no longer in its log (:meth:`Table.has_commit`, one request).
 
     Parameters
     ----------
     queue : str
         The queue's name, for the error.
-    path : str
-        The queue table's location.
+    table : Table
+        The queue's table, as this process last read it.
     state_location : str
         Where the queue's own tables live (``<home>/<queue>``, ``<queue>/_flow``).
-    version : callable
-        The queue's newest version this process has read.
-    storage_options : mapping, optional
     """
 
-    def __init__(self, queue: str, path: str, state_location: str, version: Callable[[], int],
-                 storage_options: Mapping[str, str] | None = None) -> None:
-        self.queue, self.path, self.state_location = queue, path, state_location
-        self.storage_options = dict(storage_options or {})
-        self._version = version
-        self._files: Any = None  # deltalake's file system on the table, made at the first look
+    def __init__(self, queue: str, table: Table, state_location: str) -> None:
+        self.queue, self.table, self.state_location = queue, table, state_location
+        self.path = table.location
 
     def exists(self) -> bool:
         """Whether the queue's table still has the newest commit this process read."""
-        from deltalake.exceptions import TableNotFoundError
-        from deltalake.fs import DeltaStorageHandler
-        from pyarrow.fs import FileType
-
-        try:
-            if self._files is None:
-                self._files = DeltaStorageHandler(self.path, self.storage_options or None)
-        except TableNotFoundError:  # a local directory that is gone
-            return False
-        commit = f"_delta_log/{self._version():020d}.json"
-        return bool(self._files.get_file_info([commit])[0].type != FileType.NotFound)
+        return self.table.has_commit(self.table.version())
 
     def require(self) -> None:
         """Raise :class:`QueueNotFoundError` naming the queue once its table is gone."""
@@ -190,7 +118,7 @@ class Owner:
         in its state location (where spark-flow can remove files: not on ``hdfs://``)."""
         for location in (self.path, self.state_location):
             with contextlib.suppress(ConfigurationError):
-                remove_location(location, self.storage_options)
+                remove_location(location, self.table.storage_options)
 
 
 class RecordTable:
@@ -210,37 +138,30 @@ class RecordTable:
         self.location = location
         self.storage_options = dict(storage_options or {})
         self.owner = owner
-        self._table: DeltaTable | None = None
+        self._table: Table | None = None
 
-    def open(self) -> DeltaTable | None:
+    def open(self) -> Table | None:
         """The table as of now, None while nobody has created it."""
-        from deltalake import DeltaTable
-
         if self._table is not None:
-            self._table.update_incremental()
+            self._table.refresh()
         else:
-            with named_access_errors(self.location, self.storage_options):
-                if DeltaTable.is_deltatable(self.location, storage_options=self.storage_options or None):
-                    self._table = DeltaTable(self.location, storage_options=self.storage_options or None)
+            self._table = Table.find(self.location, self.storage_options)
         return self._table
 
-    def rows(self, columns: list[str] | None = None) -> list[dict[str, Any]]:
-        """Every row (of ``columns``), none while the table does not exist."""
+    def rows(self, columns: list[str] | None = None, where: str | None = None) -> list[dict[str, Any]]:
+        """Every row (of ``columns``, matching ``where``), none while the table does not exist."""
         table = self.open()
-        return [] if table is None else read_rows(table, columns)
+        return [] if table is None else table.rows(columns, where)
 
     def create(self, schema: pa.Schema) -> bool:
         """Create the table, empty, with ``schema``; False if it exists (another process may have
         created it a moment ago). Empty, because two creators racing may both succeed: delta-rs
         retries the losing creation as an append, so rows written with it would be there twice
         (two empty commits are one empty table); rows go in by :meth:`merge`."""
-        from deltalake import write_deltalake
-
         if self.open() is not None:
             return False
         try:
-            self._written(lambda: write_deltalake(self.location, schema.empty_table(), mode="error",
-                                                  storage_options=self.storage_options or None))
+            self._written(lambda: create_empty(self.location, schema, self.storage_options))
             return True
         except QueueNotFoundError:
             raise
@@ -249,19 +170,15 @@ class RecordTable:
                 raise
             return False
 
-    def merge(self, rows: pa.Table, predicate: str, clauses: Callable[[TableMerger], TableMerger], *,
-              merge_schema: bool = False) -> dict[str, Any]:
-        """MERGE ``rows`` (alias ``s``) into the table (alias ``t``); return Delta's metrics.
-        ``merge_schema`` adds the columns the clauses write that the table lacks (a table an
-        older spark-flow created)."""
+    def merge(self, rows: pa.Table, merge: Merge, *, merge_schema: bool = False) -> dict[str, Any]:
+        """MERGE ``rows`` into the table; return Delta's metrics. ``merge_schema`` adds the
+        columns the clauses write that the table lacks (a table an older spark-flow created)."""
 
         def attempt() -> dict[str, Any]:
             table = self.open()
             if table is None:
                 raise FileNotFoundError(f"no Delta table at {self.location}")
-            merger = table.merge(rows, predicate=predicate, source_alias="s", target_alias="t",
-                                 merge_schema=merge_schema)
-            return clauses(merger).execute()
+            return table.merge(rows, merge, merge_schema=merge_schema)
 
         return self._written(lambda: retry_commit(attempt))
 
@@ -275,23 +192,29 @@ class RecordTable:
         self._written(lambda: retry_commit(attempt))
 
     def add_columns(self, columns: Mapping[str, str]) -> None:
-        """Add the nullable columns (name -> deltalake primitive type) the table lacks: a table
-        an older spark-flow created."""
-        from deltalake.schema import Field, PrimitiveType
-
+        """Add the nullable columns (name -> Delta primitive type) the table lacks: a table an
+        older spark-flow created."""
         def attempt() -> None:
             table = self.open()
-            names = table.schema().to_arrow().names if table is not None else []
-            fields = [Field(name, PrimitiveType(kind), nullable=True) for name, kind in columns.items() if name not in names]
-            if table is not None and fields:
-                table.alter.add_columns(fields)
+            if table is not None:
+                table.add_columns(columns)
 
         self._written(lambda: retry_commit(attempt))
 
-    def upsert(self, rows: pa.Table, predicate: str, clauses: Callable[[TableMerger], TableMerger]) -> None:
+    def append(self, rows: pa.Table, *, transaction: tuple[str, int] | None = None, merge_schema: bool = False) -> None:
+        """Append ``rows`` in one commit (the table created by it if it is not there), under the
+        app ``transaction``."""
+        table = self.open()
+        if table is None:
+            self._written(lambda: append(self.location, rows, self.storage_options, transaction=transaction,
+                                         merge_schema=merge_schema))
+        else:
+            self._written(lambda: table.append(rows, transaction=transaction, merge_schema=merge_schema))
+
+    def upsert(self, rows: pa.Table, merge: Merge) -> None:
         """MERGE ``rows`` into the table, created first if it is not there yet."""
         self.create(rows.schema)
-        self.merge(rows, predicate, clauses)
+        self.merge(rows, merge)
 
     def _written(self, write: Callable[[], T]) -> T:
         """Run a write of the table, only while its owner's queue is there. A write that fails
