@@ -75,7 +75,7 @@ class ControllerSink:
         for row in statuses:
             queues.setdefault(row["queue"], []).append(Depth(row["depth_count"], row["depth_size"]))
         depth = home_depth(queues.values())
-        home = open_home(self.home, self.storage_options).observe(depth)
+        home = open_home(self.home, self.storage_options).step(depth)
         if not home.limited:
             return None
         transition = home.last_transition

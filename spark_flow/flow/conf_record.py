@@ -1,7 +1,7 @@
 """A process's Spark conf supplies the queue and home settings nobody has recorded yet.
 
 Settings are one per queue (and per home), recorded with it, so every process judges it alike
-(design 2.1). A process that declares a queue or writes to it records the settings its Spark conf
+(docs/design.md 2.1). A process that declares a queue or writes to it records the settings its Spark conf
 gives explicitly (``spark.flow.stopCount``, ``spark.flow.queues.<pattern>.<key>``,
 ``spark.flow.homeStopCount``) where the queue or home has none recorded; a conf value that
 differs from the recorded one is not applied and is logged once, naming both values and how to

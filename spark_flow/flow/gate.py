@@ -52,7 +52,7 @@ class GateStatus:
     home: HomeStatus | None = None
 
     @property
-    def stopped(self) -> bool:
+    def held(self) -> bool:
         """Whether producers must wait: any subscription is flow-stopped, an operator stopped
         the queue's producers, or the queue's home is flow-stopped."""
         return producers_held(flow_stopped=(s.flow_stopped for s in self.states.values()),
@@ -94,14 +94,14 @@ class Gate:
         self.home = open_home(queue.home, queue.storage_options) if queue.home else None
         self.publish_rate = PublishRateLimiter(self.producer.msg_publish_rate, self.producer.byte_publish_rate)
 
-    def observe(self) -> GateStatus:
+    def step(self) -> GateStatus:
         """Look at the queue now: depth per subscription, state machine stepped and recorded;
         then at its home, if it has one and the queue's producers are flow-controlled."""
         queue = self.queue
         queue.refresh()
         settings = queue.settings()
         expire(queue, settings)  # an expired message holds nobody
-        home = self.home.observe() if self.home is not None and settings.flow_controlled else None
+        home = self.home.step() if self.home is not None and settings.flow_controlled else None
         while True:
             backlog, now = queue.backlog(refresh=False), int(time.time() * 1000)
             states: dict[str, FlowState] = {}
@@ -122,10 +122,10 @@ class Gate:
         settings = self.queue.settings()
         if settings.policy != "ring-strict" and self.producer.on_full == "hold":
             return 0.0
-        status = self.observe()
+        status = self.step()
         if status.settings.policy == "ring-strict":
             _refuse_over_max(status, batch)
-        if status.stopped and self.producer.on_full != "hold":
+        if status.held and self.producer.on_full != "hold":
             return self.admit(batch, is_active, started=False)[0]
         return 0.0
 
@@ -145,10 +145,10 @@ class Gate:
         """
         settings, held = self.queue.settings(), 0.0
         if started or self.producer.on_full != "hold" or settings.producers_stopped:
-            status = self.observe()
-            if status.stopped:
+            status = self.step()
+            if status.held:
                 status, held = self.wait(status, is_active)
-                if status.stopped:
+                if status.held:
                     raise HoldInterruptedError(f"query stopped while held by queue {status.queue!r} in mid-batch; "
                                                "the rest of the batch is enqueued when the query restarts")
             settings = status.settings
@@ -184,14 +184,14 @@ class Gate:
         """Whether a written batch may complete: a ``hold`` producer's batch completes only once
         the queue is not stopped (the hold that keeps its source from reading on). Returns the
         status and the seconds held; :meth:`holds` says whether the status still holds it."""
-        status = self.observe()
+        status = self.step()
         if self.holds(status):
             return self.wait(status, is_active)
         return status, 0.0
 
     def holds(self, status: GateStatus) -> bool:
         """Whether ``status`` keeps this producer's written batch from completing."""
-        return status.stopped and self.producer.on_full == "hold"
+        return status.held and self.producer.on_full == "hold"
 
     def wait(self, status: GateStatus, is_active: Callable[[], bool] = lambda: True) -> tuple[GateStatus, float]:
         """Return once the queue is not flow-stopped, as the producer's ``onFull`` says, from
@@ -204,7 +204,7 @@ class Gate:
         query is being stopped): the caller decides what that means for its batch.
         """
         producer = self.producer
-        if not status.stopped:
+        if not status.held:
             return status, 0.0
         if producer.on_full == "reject":
             raise QueueFullError(status.queue, *_limit(status), f"{_why(status)}, onFull reject")
@@ -213,16 +213,16 @@ class Gate:
         log.info("holding producer of queue %r (%s): depth %d messages / %d bytes, thresholds %s",
                  status.queue, _why(status), depth.count, depth.size, thresholds)
         delay = min(_FIRST_POLL, producer.poll_interval)
-        while status.stopped and is_active():
+        while status.held and is_active():
             held = time.monotonic() - started
             if producer.on_full == "reject-after" and held >= producer.reject_timeout:
                 raise QueueFullTimeoutError(status.queue, *_limit(status),
                                             f"{_why(status)}, held {held:.1f}s, rejectTimeout {producer.reject_timeout:g}s")
             time.sleep(delay)
             delay = min(delay * 2, producer.poll_interval)
-            status = self.observe()
+            status = self.step()
         held = time.monotonic() - started
-        if not status.stopped:
+        if not status.held:
             log.info("resuming producer of queue %r after %.1fs: depth %d messages / %d bytes",
                      status.queue, held, status.depth.count, status.depth.size)
         return status, held

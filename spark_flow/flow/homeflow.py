@@ -108,7 +108,7 @@ class HomeFlow:
                 log.warning("home %s: cannot read queue %r at %s: %s", self.home, name, path, error)
         return home_depth(queues)
 
-    def observe(self, depth: Depth | None = None) -> HomeStatus:
+    def step(self, depth: Depth | None = None) -> HomeStatus:
         """Look at the home now: step its flow state with its depth (``depth`` as given, else
         read from its queues) and record a transition, compare and set. A home without limits
         is not read further, unless ``depth`` is given (the controller), which also records the

@@ -246,12 +246,8 @@ class Queue:
         and ``_enqueue_time`` (the commit's version and time), in enqueue order
         (:func:`~spark_flow.store.messages.read_messages`). A read that fails because the queue was
         deleted raises :class:`QueueNotFoundError`."""
-        try:
+        with self.owner.failing_as_gone():
             return read_messages(self._table, self.schema(), after, upto)
-        except Exception as error:
-            if self.owner.exists():
-                raise
-            raise self.owner.gone() from error
 
 
 def open_queue(path: str, storage_options: Mapping[str, str] | None = None) -> Queue:

@@ -8,7 +8,7 @@ matched without regard to case, through one table built once (:func:`spelled`). 
 raises :class:`~spark_flow.exceptions.UnknownKeyError` naming the closest valid key in the same
 spelling.
 
-Three kinds of settings (design 2.1): a ``queue`` setting has one value per queue, recorded with
+Three kinds of settings (docs/design.md 2.1): a ``queue`` setting has one value per queue, recorded with
 it; a ``producer`` setting belongs to one query; a ``home`` setting is the home's (its location
 and its home-wide limits, recorded with the home).
 """

@@ -1,6 +1,6 @@
 """Settings in force: how a queue's, a home's and a producer's settings resolve.
 
-A queue's flow state is one shared thing (design 2.1), so its **queue settings** have one value
+A queue's flow state is one shared thing (docs/design.md 2.1), so its **queue settings** have one value
 for every process: they are recorded with the queue (``flow.*`` table properties, Qpid's
 ``qpid.*`` declare arguments as aliases, and run-time settings) and resolve from those layers,
 lowest first, over the defaults. A home's limits resolve the same way from the layers recorded

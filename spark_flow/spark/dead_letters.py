@@ -232,7 +232,7 @@ class _Redelivery:
             self.parts.append((lo, hi))
             time.sleep(min(0.1 * 2 ** delivery.attempts, 1.0))  # a transient failure may pass
             return replace(delivery, attempts=delivery.attempts + 1)
-        return self._move(delivery, lo, _one_line(error))
+        return self._move(delivery, lo, _root_cause(error))
 
     def _move(self, delivery: Delivery, at: int, error: str) -> Delivery:
         """Move message ``at`` to the dead-letter queue, once, and record it done and moved (the
@@ -287,7 +287,7 @@ def _part(numbered: DataFrame, lo: int, hi: int, *, keep_index: bool = False) ->
     return part if keep_index else part.drop(_IN_COMMIT)
 
 
-def _one_line(error: BaseException) -> str:
+def _root_cause(error: BaseException) -> str:
     """An error as a dead letter records it: its root cause, the last exception named in its
     text (a JVM error's ``Caused by:``, a Python traceback's last line inside a task failure),
     as ``Class: message``; else its first line."""

@@ -284,7 +284,7 @@ class FlowProgressListener(StreamingQueryListener):
         """A producer's report of one batch from its commits to ``queue`` and the queue's state."""
         status, last = _status(queue), commits[-1]
         return FlowProgress(query_id, name, "producer", queue.name, None, batch_id, status.depth.count,
-                            status.depth.size, status.stopped, status.flow_stopped_count,
+                            status.depth.size, status.held, status.flow_stopped_count,
                             round(last.held + held_after, 3), last.throttled, sum(c.count for c in commits),
                             last.version)
 

@@ -18,10 +18,8 @@ making a new table in the queue's place) removes what it left and raises
 
 from __future__ import annotations
 
-import itertools
 import logging
 import posixpath
-import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -29,6 +27,7 @@ from spark_flow.records.subscriptions import PROCESS
 from spark_flow.records.writer_claim import WriterClaim, needs_claim
 from spark_flow.spark.session import is_connect
 from spark_flow.store.appends import DirectAppender
+from spark_flow.store.table import retry
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -66,15 +65,7 @@ class QueueWriter:
     def append(self, rows: DataFrame, app_id: str, txn_version: int, metadata: str) -> None:
         """Append ``rows`` as one commit, once for (``app_id``, ``txn_version``), with
         ``metadata`` as its ``userMetadata``."""
-        owner = self.queue.owner
-        owner.require()
-        try:
-            self._append(rows, app_id, txn_version, metadata)
-        except Exception as error:
-            if owner.exists():
-                raise
-            owner.clear()
-            raise owner.gone() from error
+        self.queue.owner.write(lambda: self._append(rows, app_id, txn_version, metadata))
 
     def _append(self, rows: DataFrame, app_id: str, txn_version: int, metadata: str) -> None:
         if self._claim is not None:  # only one application may write it: renew this one's claim
@@ -88,18 +79,14 @@ class QueueWriter:
         conflicts = _commit_conflicts(rows.sparkSession)
         writer = (rows.write.format("delta").mode("append").option("txnAppId", app_id)
                   .option("txnVersion", str(txn_version)).option("userMetadata", metadata))
-        for attempt in itertools.count():
-            try:
-                writer.save(self.queue.path)
-                if not self.queue.owner.exists():  # Delta's writer made a new table where the queue was
-                    raise self.queue.owner.gone()
-                return
-            except conflicts as error:
-                if attempt >= _WRITE_RETRIES:
-                    raise
-                log.info("queue %r: its metadata changed during an append (%s); appending again", self.queue.name,
-                         type(error).__name__)
-                time.sleep(min(0.05 * 2**attempt, 1.0))
+
+        def write() -> None:
+            writer.save(self.queue.path)
+            self.queue.owner.require()  # Delta's writer made a new table where the queue was
+
+        retry(write, conflicts, attempts=_WRITE_RETRIES, delay=0.05, longest=1.0,
+              said=lambda error: log.info("queue %r: its metadata changed during an append (%s); appending again",
+                                          self.queue.name, type(error).__name__))
 
 
 def _commit_conflicts(spark: SparkSession) -> tuple[type[Exception], ...]:

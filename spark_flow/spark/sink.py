@@ -320,7 +320,7 @@ class QueueSink:
         for dest, status in statuses.items():
             path = gates[dest].queue.path
             self.last[dest] = BatchReport(context.batch_id, status.queue, enqueued[dest].count, enqueued[dest].size,
-                                          status.depth, status.stopped, status.flow_stopped_count,
+                                          status.depth, status.held, status.flow_stopped_count,
                                           context.held[path] + after_writes[dest], context.throttled[path])
 
 

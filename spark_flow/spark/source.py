@@ -299,7 +299,7 @@ class FlowQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             for target in downstream:  # idle, yet a deleted downstream queue ends the stage at this trigger
                 target.refresh()
             return start
-        if any(Gate(target).observe().stopped for target in downstream):
+        if any(Gate(target).step().held for target in downstream):
             return start
         waited = math.inf if self._target is not None else time.monotonic() - self._last_batch
         end = self.settings.limits.end(queue.ledger.commits(after.version, latest), after.index, waited, limit)

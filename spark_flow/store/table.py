@@ -33,16 +33,26 @@ _RETRIES = 50
 ALL: Literal["*"] = "*"
 
 
+def retry(action: Callable[[], T], conflicts: tuple[type[Exception], ...], *, attempts: int = _RETRIES,
+          delay: float = 0.01, longest: float = 0.5, said: Callable[[Exception], None] | None = None) -> T:
+    """Run a write, again after a growing pause (``delay`` doubled each time, at most ``longest``)
+    while it fails with one of ``conflicts``, ``attempts`` times; the last failure raises.
+    ``said`` hears each conflict."""
+    for attempt in range(attempts):
+        try:
+            return action()
+        except conflicts as error:
+            if said is not None:
+                said(error)
+            time.sleep(min(delay * 2**attempt, longest))
+    return action()
+
+
 def retry_commit(action: Callable[[], T]) -> T:
     """Run a Delta commit, again on a fresh snapshot while a concurrent commit conflicts with it."""
     from deltalake.exceptions import CommitFailedError
 
-    for attempt in range(_RETRIES):
-        try:
-            return action()
-        except CommitFailedError:
-            time.sleep(min(0.01 * 2**attempt, 0.5))
-    return action()
+    return retry(action, (CommitFailedError,))
 
 
 def sql_string(text: str) -> str:

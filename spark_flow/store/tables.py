@@ -113,6 +113,19 @@ class Owner:
         return QueueNotFoundError(self.queue, f"its table at {self.path} is gone (deleted, dropped, or its "
                                               "directory removed)")
 
+    def write(self, action: Callable[[], T]) -> T:
+        """Run a write of the queue's (its table or its state), only while the queue is there. A
+        write that fails because the queue was deleted meanwhile leaves nothing: what it wrote
+        is removed, and it raises :class:`QueueNotFoundError`."""
+        self.require()
+        try:
+            return action()
+        except Exception as error:
+            if self.exists():
+                raise
+            self.clear()
+            raise self.gone() from error
+
     def clear(self) -> None:
         """Remove what a write that raced the queue's deletion left at the queue's location and
         in its state location (where spark-flow can remove files: not on ``hdfs://``)."""
@@ -217,15 +230,5 @@ class RecordTable:
         self.merge(rows, merge)
 
     def _written(self, write: Callable[[], T]) -> T:
-        """Run a write of the table, only while its owner's queue is there. A write that fails
-        because the queue was deleted meanwhile leaves nothing: what it wrote is removed."""
-        if self.owner is None:
-            return write()
-        self.owner.require()
-        try:
-            return write()
-        except Exception as error:
-            if self.owner.exists():
-                raise
-            self.owner.clear()
-            raise self.owner.gone() from error
+        """Run a write of the table, only while its owner's queue is there (:meth:`Owner.write`)."""
+        return write() if self.owner is None else self.owner.write(write)
