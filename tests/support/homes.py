@@ -6,6 +6,7 @@ And ``spark-flow serve`` run in this process, with a plain HTTP client."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 from collections.abc import Iterator, Mapping
@@ -59,7 +60,7 @@ def enqueue(queue: Queue, count: int, size: int = 10) -> None:
 
 def look_as_a_producer(queue: Queue) -> GateStatus:
     """A producer's gate looks at the queue: its flow state stepped and recorded."""
-    return Gate(queue).observe()
+    return Gate(queue).step()
 
 
 def acknowledge_all(queue: Queue, subscription: str = "default") -> None:
@@ -93,3 +94,15 @@ def http(url: str, method: str = "GET", body: object = None, headers: Mapping[st
         return error.code, error.read().decode()
     except URLError as error:
         return 0, str(error.reason)
+
+
+def chain(home: str, names: list[str], **settings: object) -> list[Queue]:
+    """Queues each of whose consumer writes to the next (``downstream``), every one filled over
+    its stop and held, as producers' gates see them."""
+    queues = [make_queue(home, name, {"stopCount": 5, "resumeCount": 2, **settings}) for name in names]
+    for upper, lower in itertools.pairwise(queues):
+        upper.subscriptions.add_downstream("default", [lower.path])
+    for queue in queues:
+        enqueue(queue, 8)
+        assert look_as_a_producer(queue).held
+    return queues
