@@ -30,8 +30,8 @@ from spark_flow.flow.queue import Queue, open_queue
 from spark_flow.ops.admin import FlowAdmin
 from spark_flow.records.subscriptions import Subscription
 from spark_flow.rules.depth import Depth
+from spark_flow.rules.flow_state import Thresholds
 from spark_flow.rules.settings import ProducerSettings, QueueSettings
-from spark_flow.rules.state import Thresholds
 from spark_flow.rules.storage_options import storage_options
 from spark_flow.spark.dead_letters import DeadLetters
 from spark_flow.spark.declare import declare, purge_acknowledged

@@ -33,9 +33,9 @@ from spark_flow.flow.queue import open_queue
 from spark_flow.records.commands import HOME_COMMANDS, CommandLog
 from spark_flow.records.home import Registry
 from spark_flow.records.subscriptions import Subscription
+from spark_flow.rules.flow_state import producers_held
 from spark_flow.rules.keys import pattern_matches, split_options
 from spark_flow.rules.names import normalize_path
-from spark_flow.rules.state import producers_held
 from spark_flow.rules.storage_options import storage_options
 from spark_flow.rules.units import parse_count
 from spark_flow.spark.offsets import Offset

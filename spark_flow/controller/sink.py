@@ -23,8 +23,8 @@ from spark_flow.records.commands import HOME_COMMANDS, command_settings, with_se
 from spark_flow.records.status import append_history, write_status
 from spark_flow.records.subscriptions import Subscription
 from spark_flow.rules.depth import Depth
+from spark_flow.rules.flow_state import THRESHOLD_FIELDS, FlowState, Thresholds, producers_held
 from spark_flow.rules.settings import queue_settings
-from spark_flow.rules.state import THRESHOLD_FIELDS, FlowState, Thresholds, producers_held
 from spark_flow.spark.session import streaming_query
 
 if TYPE_CHECKING:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from spark_flow.controller.observation import COMMANDS_KEY
 from spark_flow.rules.depth import Depth
-from spark_flow.rules.state import THRESHOLD_FIELDS, FlowState, Thresholds, producers_held
+from spark_flow.rules.flow_state import THRESHOLD_FIELDS, FlowState, Thresholds, producers_held
 
 if TYPE_CHECKING:
     import pandas as pd

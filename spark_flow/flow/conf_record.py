@@ -21,7 +21,7 @@ from spark_flow.store.table import Table, retry_commit
 if TYPE_CHECKING:
     from spark_flow.flow.homeflow import HomeFlow
     from spark_flow.flow.queue import Queue
-    from spark_flow.rules.state import Thresholds
+    from spark_flow.rules.flow_state import Thresholds
 
 log = logging.getLogger("spark_flow.flow.queue")
 

@@ -31,9 +31,9 @@ from spark_flow.flow.homeflow import HomeStatus, open_home
 from spark_flow.flow.queue import Queue
 from spark_flow.flow.ring import discard_oldest
 from spark_flow.rules.depth import Depth
+from spark_flow.rules.flow_state import FlowState, Thresholds, producers_held
 from spark_flow.rules.publish_rate import PublishRateLimiter
 from spark_flow.rules.settings import ProducerSettings, QueueSettings
-from spark_flow.rules.state import FlowState, Thresholds, producers_held
 
 log = logging.getLogger("spark_flow.flow.gate")
 

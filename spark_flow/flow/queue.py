@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Literal
 
 from spark_flow.exceptions import ConfigurationError, PositionOutOfRangeError, QueueNotFoundError, UnknownKeyError
 from spark_flow.flow.recorder import FlowRecorder
-from spark_flow.records.history import HistoryTable
 from spark_flow.records.hold_times import HoldTimes
 from spark_flow.records.runtime_settings import RUNTIME_SETTINGS_FOLDER, RuntimeSettings
 from spark_flow.records.subscriptions import DEFAULT_SUBSCRIPTION, Subscription, SubscriptionTable
+from spark_flow.records.transitions import TransitionTable
 from spark_flow.rules.depth import Depth, Position
 from spark_flow.rules.names import normalize_path, queue_name
 from spark_flow.rules.settings import QueueSettings, queue_settings
@@ -76,7 +76,7 @@ class Queue:
         self.owner = Owner(self.name, self._table, state)
         kept, owner = self.storage_options, self.owner  # the state tables are written while the queue is there
         self.subscriptions = SubscriptionTable(posixpath.join(state, "subscriptions"), self.name, kept, owner=owner)
-        self.history = HistoryTable(posixpath.join(state, "history"), self.name, kept, owner=owner)
+        self.history = TransitionTable(posixpath.join(state, "history"), self.name, kept, owner=owner)
         self.runtime_settings = RuntimeSettings(posixpath.join(state, RUNTIME_SETTINGS_FOLDER), kept, owner=owner)
         self.hold_times = HoldTimes(posixpath.join(state, "holds"), kept, owner=owner)
         self.recorder = FlowRecorder(self.subscriptions, self.history,

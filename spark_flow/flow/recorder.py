@@ -6,7 +6,7 @@ thresholds), then its line in the transition history. Every process that judges 
 gated sources, the controller) records through here, so two processes seeing the same crossing
 count it once: the compare-and-set that loses reads again. The log line comes between the two
 writes, so a log handler sees a transition that is recorded and has no history row yet, as a
-process killed there leaves it (every observer adds a missing row: ``HistoryTable.ensure``).
+process killed there leaves it (every observer adds a missing row: ``TransitionTable.ensure``).
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from spark_flow.records.history import HistoryTable, transition_detail
 from spark_flow.records.subscriptions import Subscription, SubscriptionTable
+from spark_flow.records.transitions import TransitionTable, transition_detail
 from spark_flow.rules.depth import Depth
-from spark_flow.rules.state import FlowState, Thresholds
+from spark_flow.rules.flow_state import FlowState, Thresholds
 
 log = logging.getLogger("spark_flow.flow")
 
@@ -27,7 +27,7 @@ class FlowRecorder:
     """Records the transitions of the flow states in ``rows`` (a queue's subscriptions, or the
     home's one row) and their history in ``history``; ``label`` names a row in log lines."""
 
-    def __init__(self, rows: SubscriptionTable, history: HistoryTable, label: Callable[[str], str]) -> None:
+    def __init__(self, rows: SubscriptionTable, history: TransitionTable, label: Callable[[str], str]) -> None:
         self.rows = rows
         self.history = history
         self.label = label

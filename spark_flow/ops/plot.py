@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from spark_flow.rules.state import Thresholds
+from spark_flow.rules.flow_state import Thresholds
 
 
 @dataclass(frozen=True)

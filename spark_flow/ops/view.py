@@ -23,9 +23,9 @@ from spark_flow.flow.queue import open_queue
 from spark_flow.records.status import control_table
 from spark_flow.records.subscriptions import Subscription
 from spark_flow.rules.depth import Depth
+from spark_flow.rules.flow_state import FlowState, Thresholds, producers_held
 from spark_flow.rules.names import normalize_path
 from spark_flow.rules.settings import QueueSettings
-from spark_flow.rules.state import FlowState, Thresholds, producers_held
 
 log = logging.getLogger("spark_flow.ops.view")
 
@@ -190,7 +190,7 @@ _REPORTED: set[tuple[str, str]] = set()
 
 
 def _held(read: _Read, home_stopped: bool) -> bool:
-    """Whether the queue holds its producers, by the one rule (:func:`~spark_flow.rules.state.producers_held`)."""
+    """Whether the queue holds its producers, by the one rule (:func:`~spark_flow.rules.flow_state.producers_held`)."""
     if read.settings is None:
         return False
     return producers_held(flow_stopped=(sub.flow_stopped for sub, _ in read.backlog),

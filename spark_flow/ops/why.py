@@ -2,7 +2,7 @@
 consumers write, their subscriptions' ``downstream``) and the stage that causes a hold.
 
 A queue holds its producers when a subscription is flow-stopped, an operator stopped them, or
-its home is flow-stopped (:func:`~spark_flow.rules.state.producers_held`). A flow-stopped
+its home is flow-stopped (:func:`~spark_flow.rules.flow_state.producers_held`). A flow-stopped
 subscription whose consumer writes to a queue that holds its producers is backpressured: the
 cause is further down, so the explanation follows it there. The root cause is the deepest stage
 whose own consumer is not backpressured (slow, stalled, or not running), or an operator's stop,

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from spark_flow.exceptions import QueueNotFoundError, SubscriptionInUseError, SubscriptionNotFoundError
 from spark_flow.rules.depth import Position
-from spark_flow.rules.state import FlowState
+from spark_flow.rules.flow_state import FlowState
 from spark_flow.store.table import Merge, sql_string
 from spark_flow.store.tables import Owner, RecordTable, one_row
 
@@ -48,7 +48,7 @@ class Subscription:
     reader_seen: datetime | None = None
     reader_process: str | None = None
     index: int = 0
-    last_transition_detail: str | None = None  # what the last transition saw (JSON, spark_flow.records.history)
+    last_transition_detail: str | None = None  # what the last transition saw (JSON, spark_flow.records.transitions)
     expired_count: int = 0
     dead_lettered_count: int = 0
     delivery: str | None = None  # a failed batch's redelivery in progress (JSON, spark_flow.spark.dead_letters)

@@ -19,6 +19,7 @@ from fractions import Fraction
 from typing import Any
 
 from spark_flow.exceptions import ConfigurationError
+from spark_flow.rules.flow_state import Thresholds
 from spark_flow.rules.keys import (
     HOME_KEYS,
     KEYS,
@@ -32,7 +33,6 @@ from spark_flow.rules.keys import (
     producer_options,
     queue_setting,
 )
-from spark_flow.rules.state import Thresholds
 
 #: The keys of each measure's stop, resume and max, in :class:`Thresholds`' order (count, size, age).
 Limits = Sequence[tuple[str, str, str | None]]

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
     from spark_flow.records.subscriptions import Subscription
     from spark_flow.rules.depth import Depth
-    from spark_flow.rules.state import Thresholds
+    from spark_flow.rules.flow_state import Thresholds
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -62,7 +62,7 @@ def transition_detail(depth: Depth, thresholds: Thresholds, at: datetime) -> str
     return json.dumps({"depth_count": depth.count, "depth_size": depth.size, "depth_age": age, **asdict(thresholds)})
 
 
-class HistoryTable:
+class TransitionTable:
     """Flow transitions of one queue, at ``location`` (written while ``owner``, the queue, is there)."""
 
     def __init__(self, location: str, queue: str, storage_options: Mapping[str, str] | None = None, *,
