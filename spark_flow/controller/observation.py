@@ -33,7 +33,8 @@ from spark_flow.flow.queue import open_queue
 from spark_flow.records.commands import HOME_COMMANDS, CommandLog
 from spark_flow.records.home import Registry
 from spark_flow.records.subscriptions import Subscription
-from spark_flow.rules.flow_state import producers_held
+from spark_flow.rules.columns import ddl
+from spark_flow.rules.flow_state import THRESHOLD_COLUMNS, producers_held
 from spark_flow.rules.keys import pattern_matches, split_options
 from spark_flow.rules.names import normalize_path
 from spark_flow.rules.storage_options import storage_options
@@ -49,8 +50,7 @@ LOOKS_AT_ONCE = 8
 
 OBSERVATION_SCHEMA = (
     "kind STRING, queue STRING, path STRING, subscription STRING, observed_at BIGINT, position BIGINT, "
-    "latest BIGINT, depth_count BIGINT, depth_size BIGINT, oldest_enqueue BIGINT, stop_count BIGINT, "
-    "resume_count BIGINT, stop_size BIGINT, resume_size BIGINT, stop_age DOUBLE, resume_age DOUBLE, "
+    f"latest BIGINT, depth_count BIGINT, depth_size BIGINT, oldest_enqueue BIGINT, {ddl(THRESHOLD_COLUMNS)}, "
     "producers_stopped BOOLEAN, "
     "stall_timeout DOUBLE, stalled_policy STRING, recorded_stopped BOOLEAN, recorded_count BIGINT, "
     "recorded_transition BIGINT, backpressured BOOLEAN, discarded_count BIGINT, expired_count BIGINT, "

@@ -21,8 +21,9 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from spark_flow.controller.observation import COMMANDS_KEY
+from spark_flow.rules.columns import ddl
 from spark_flow.rules.depth import Depth
-from spark_flow.rules.flow_state import THRESHOLD_FIELDS, FlowState, Thresholds, producers_held
+from spark_flow.rules.flow_state import THRESHOLD_COLUMNS, THRESHOLD_FIELDS, FlowState, Thresholds, producers_held
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -38,8 +39,7 @@ OUTPUT_SCHEMA = f"{ROW} BINARY"
 ROW_SCHEMA = (
     "kind STRING, event STRING, detail STRING, queue STRING, path STRING, subscription STRING, time BIGINT, "
     "position BIGINT, latest BIGINT, depth_count BIGINT, depth_size BIGINT, oldest_enqueue BIGINT, "
-    "stop_count BIGINT, resume_count BIGINT, stop_size BIGINT, resume_size BIGINT, stop_age DOUBLE, "
-    "resume_age DOUBLE, flow_stopped BOOLEAN, "
+    f"{ddl(THRESHOLD_COLUMNS)}, flow_stopped BOOLEAN, "
     "flow_stopped_count BIGINT, last_transition BIGINT, producers_stopped BOOLEAN, held_since BIGINT, "
     "stalled BOOLEAN, recorded_stopped BOOLEAN, recorded_count BIGINT, discarded_count BIGINT, "
     "expired_count BIGINT, dead_lettered_count BIGINT, command_id BIGINT, command STRING, settings STRING"

@@ -17,8 +17,9 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from spark_flow.records.home import control_path
+from spark_flow.rules.flow_state import THRESHOLD_COLUMNS
 from spark_flow.store.handles import shared
-from spark_flow.store.table import ALL, Merge, sql_string
+from spark_flow.store.table import ALL, Merge, arrow_fields, sql_string
 from spark_flow.store.tables import RecordTable
 
 if TYPE_CHECKING:
@@ -32,9 +33,7 @@ def _flow_fields() -> list[pa.Field]:
     age), thresholds (ages in seconds) and flow state."""
     import pyarrow as pa
 
-    return [pa.field(name, pa.int64()) for name in ("depth_count", "depth_size", "stop_count", "resume_count",
-                                                    "stop_size", "resume_size")] + [
-        pa.field("stop_age", pa.float64()), pa.field("resume_age", pa.float64()),
+    return [pa.field("depth_count", pa.int64()), pa.field("depth_size", pa.int64()), *arrow_fields(THRESHOLD_COLUMNS),
         pa.field("oldest_message_age_seconds", pa.float64()),
         pa.field("flow_stopped", pa.bool_()), pa.field("flow_stopped_count", pa.int64())]
 

@@ -20,7 +20,8 @@ from dataclasses import asdict, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from spark_flow.store.table import Merge
+from spark_flow.rules.flow_state import THRESHOLD_COLUMNS
+from spark_flow.store.table import Merge, arrow_fields
 from spark_flow.store.tables import Owner, RecordTable
 
 if TYPE_CHECKING:
@@ -44,12 +45,8 @@ def _schema() -> pa.Schema:
         pa.field("flow_stopped_count", pa.int64(), nullable=False),
         pa.field("depth_count", pa.int64(), nullable=False),
         pa.field("depth_size", pa.int64(), nullable=False),
-        pa.field("stop_count", pa.int64(), nullable=False),
-        pa.field("resume_count", pa.int64(), nullable=False),
-        pa.field("stop_size", pa.int64(), nullable=False),
-        pa.field("resume_size", pa.int64(), nullable=False),
-        pa.field("stop_age", pa.float64()),
-        pa.field("resume_age", pa.float64()),
+        # counts and sizes were there from the start; the ages came later (older rows have none)
+        *(field.with_nullable(field.type != pa.int64()) for field in arrow_fields(THRESHOLD_COLUMNS)),
         pa.field("depth_age", pa.float64()),
     ])
 

@@ -11,6 +11,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from spark_flow.rules.columns import Column
+
 
 @dataclass(frozen=True)
 class Thresholds:
@@ -75,6 +77,10 @@ class Thresholds:
 
 #: The names of the thresholds, as status, history and observation rows carry them.
 THRESHOLD_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Thresholds))
+#: The thresholds as every record that carries them writes them (status, history, transitions, the
+#: controller's observations and rows): counts and sizes as BIGINT, ages in seconds as DOUBLE.
+THRESHOLD_COLUMNS: tuple[Column, ...] = tuple(Column(f.name, "bigint" if f.type == "int" else "double")
+                                              for f in fields(Thresholds))
 
 
 @dataclass(frozen=True)

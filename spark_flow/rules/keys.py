@@ -19,14 +19,11 @@ import difflib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import Any, Literal, cast
 
 from spark_flow.exceptions import ConfigurationError, ProducerSettingError, QueueSettingError, UnknownKeyError
 from spark_flow.rules.storage_options import STORAGE_PREFIX, secret_shown, storage_options
 from spark_flow.rules.units import parse_bool, parse_choice, parse_count, parse_duration, parse_percent, parse_size
-
-if TYPE_CHECKING:
-    pass
 
 CONF_PREFIX = "spark.flow."
 PATTERN_PREFIX = "spark.flow.queues."

@@ -15,12 +15,9 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
 from spark_flow.exceptions import ConfigurationError
-
-if TYPE_CHECKING:
-    pass
+from spark_flow.rules.units import parse_bool
 
 STORAGE_PREFIX = "spark.flow.storage."
 HADOOP_PREFIX = "spark.hadoop."
@@ -46,13 +43,6 @@ _GS_KEYFILE = "fs.gs.auth.service.account.json.keyfile"
 _GS_AUTH = "fs.gs.auth.type"
 
 
-def _bool(key: str, value: str) -> bool:
-    text = value.strip().lower()
-    if text not in ("true", "false"):
-        raise ConfigurationError(key, value, "true or false")
-    return text == "true"
-
-
 def _hadoop(conf: Mapping[str, str]) -> dict[str, str]:
     """The Hadoop settings of a Spark conf (``spark.hadoop.fs.*``), by their Hadoop key; a key
     given without the prefix (a Hadoop core-site entry) counts too, the prefixed one wins."""
@@ -64,7 +54,7 @@ def _hadoop(conf: Mapping[str, str]) -> dict[str, str]:
 def _s3a(hadoop: Mapping[str, str], prefix: str) -> dict[str, str]:
     options = {option: hadoop[key] for key, option in _S3A.items() if key in hadoop}
     ssl_key = "fs.s3a.connection.ssl.enabled"
-    ssl = _bool(prefix + ssl_key, hadoop[ssl_key]) if ssl_key in hadoop else True
+    ssl = parse_bool(prefix + ssl_key, hadoop[ssl_key]) if ssl_key in hadoop else True
     endpoint = hadoop.get("fs.s3a.endpoint", "").strip()
     if endpoint:
         if "://" not in endpoint:
@@ -73,7 +63,7 @@ def _s3a(hadoop: Mapping[str, str], prefix: str) -> dict[str, str]:
     if not ssl or endpoint.startswith("http://"):
         options["aws_allow_http"] = "true"
     path_key = "fs.s3a.path.style.access"
-    if path_key in hadoop and _bool(prefix + path_key, hadoop[path_key]):
+    if path_key in hadoop and parse_bool(prefix + path_key, hadoop[path_key]):
         options["aws_virtual_hosted_style_request"] = "false"
     return options
 
@@ -92,7 +82,7 @@ def _azure(hadoop: Mapping[str, str], prefix: str) -> dict[str, str]:
     endpoint = hadoop.get("fs.azure.abfs.endpoint", "").strip()
     if endpoint:
         https_key = "fs.azure.always.use.https"
-        https = _bool(prefix + https_key, hadoop[https_key]) if https_key in hadoop else True
+        https = parse_bool(prefix + https_key, hadoop[https_key]) if https_key in hadoop else True
         if "://" not in endpoint:
             endpoint = ("https://" if https else "http://") + endpoint
         options["azure_storage_endpoint"] = endpoint.rstrip("/") + "/" + account  # path-style, as an emulator serves it

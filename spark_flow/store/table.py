@@ -13,11 +13,12 @@ one retry of the package).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
+from spark_flow.rules.columns import Column
 from spark_flow.store.access import named_access_errors
 
 if TYPE_CHECKING:
@@ -59,6 +60,15 @@ def sql_string(text: str) -> str:
     """A string literal in a store predicate (DataFusion's SQL): a quote is doubled. Spark SQL
     reads ``''`` as two literals run together, so Spark statements use ``spark_sql_string``."""
     return "'" + text.replace("'", "''") + "'"
+
+
+def arrow_fields(columns: Iterable[Column], *, nullable: bool | None = None) -> list[pa.Field]:
+    """Declared columns as Arrow fields (``nullable`` overriding theirs)."""
+    import pyarrow as pa
+
+    types = {"string": pa.string(), "bigint": pa.int64(), "double": pa.float64(), "boolean": pa.bool_(),
+             "timestamp": pa.timestamp("us", tz="UTC"), "binary": pa.binary()}
+    return [pa.field(c.name, types[c.kind], nullable=c.nullable if nullable is None else nullable) for c in columns]
 
 
 def _options(storage_options: Mapping[str, str] | None) -> dict[str, str] | None:
