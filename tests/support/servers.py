@@ -20,6 +20,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
+from dataclasses import dataclass
 from email.utils import formatdate
 from pathlib import Path
 from urllib.parse import urlparse
@@ -406,3 +407,18 @@ def prometheus_server(targets: list[str], work: Path, scrape_interval: str = "1s
                f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"]
     with _server(command, port, work / "prometheus.log", "the Prometheus server", timeout, stop_timeout=10):
         yield f"http://127.0.0.1:{port}"
+
+
+@dataclass(frozen=True)
+class Governed:
+    """A Spark Connect server whose engine alone holds the storage's credentials: its ``url``,
+    the S3 ``endpoint`` (bucket ``flow``), the engine's ``key`` and ``secret`` (for the test's
+    own checks), the object store conf without them (what a client or the CLI is given) and the
+    environment its Python and a client's run with (instance metadata refusing)."""
+
+    url: str
+    endpoint: str
+    key: str
+    secret: str
+    conf: dict[str, str]
+    env: dict[str, str]

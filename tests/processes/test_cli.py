@@ -1,0 +1,55 @@
+"""The ``spark-flow`` command line on a real home: declare, status, set, stop/start, plot, errors."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from spark_flow.cli import main
+
+
+@pytest.fixture
+def home(spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> str:
+    home = str(tmp_path / "home")
+    queue = str(tmp_path / "queues" / "orders.eu")
+    assert main(["--home", home, "declare", queue, "--schema", "id BIGINT, body STRING",
+                 "--set", "stopCount=5", "resumeCount=2"]) == 0
+    assert "queue 'orders.eu'" in capsys.readouterr().out
+    return home
+
+
+@pytest.mark.short_processes
+def test_console_script_without_home_names_the_option(tmp_path: Path) -> None:
+    script = Path(sys.executable).parent / "spark-flow"
+    result = subprocess.run([str(script), "status"], capture_output=True, text=True, timeout=120,
+                            env={"PATH": str(script.parent)})
+    assert result.returncode == 2
+    assert "--home=None is not valid" in result.stderr and "SPARK_FLOW_HOME" in result.stderr
+
+
+@pytest.mark.parametrize(("argv", "status"), [
+    (["subscriptions", "orders.eu"], 0),
+    (["status"], 0),
+    (["stop-producers", "ev*"], 2),
+    (["set", "orders.eu", "stopCount=abc"], 2),
+], ids=["subscriptions", "status", "refused-stop-producers", "refused-set"])
+@pytest.mark.short_processes
+def test_console_script_exit_status_is_the_same_every_time(home: str, argv: list[str], status: int) -> None:
+    """The exit status is a contract for scripts: 0 when the command did its work, 2 when it
+    refused, in each of 12 runs (deltalake's native threads must not abort the interpreter at
+    exit, delta-io/delta-rs#2184), 4 runs at a time."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    script = Path(sys.executable).parent / "spark-flow"
+
+    def run(_: int) -> tuple[int, str]:
+        result = subprocess.run([str(script), "--home", home, *argv], capture_output=True, text=True, timeout=120)
+        return result.returncode, result.stderr[-300:]
+
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(run, range(12)))
+    assert [code for code, _ in results] == [status] * 12, [r for r in results if r[0] != status][:2]

@@ -1,0 +1,166 @@
+"""The producer and consumer jobs, run as users run them: spark-submit on the pip-installed Spark,
+and the conf files they are run with.
+
+Each job is a process of its own (marked processes); results are read back with deltalake, so the
+module needs no SparkSession of its own.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable
+from support.processes import ROOT, Terminal, ctrl_c_once_held, failure, in_terminal, progress, spark_submit, warnings
+
+from spark_flow.flow.queue import Queue
+
+STOP, RESUME, CAPACITY, RATE = 20, 10, 30, 20
+JOBS = ROOT / "jobs"
+
+
+@pytest.mark.parametrize(("job", "options"), [
+    ("producer", ["--queue", "--source", "--rate", "--message-size", "--path", "--format", "--from-queue",
+                  "--capacity", "--on-full", "--trigger", "--checkpoint", "--run-seconds", "--name", "--schema",
+                  "--available-now", "--msg-publish-rate", "--byte-publish-rate"]),
+    ("consumer", ["--queue", "--subscription", "--starting-position", "--max-records-per-trigger",
+                  "--max-bytes-per-trigger", "--min-records-per-trigger", "--max-trigger-delay", "--output",
+                  "--delay-per-message", "--rows-per-second", "--trigger", "--checkpoint", "--run-seconds",
+                  "--until-empty"]),
+])
+@pytest.mark.short_processes
+def test_help_documents_every_option(job: str, options: list[str]) -> None:
+    result = subprocess.run([sys.executable, str(JOBS / f"{job}.py"), "--help"], capture_output=True, text=True,
+                            timeout=120, check=False)
+    assert result.returncode == 0, failure(result)
+    for option in options:
+        assert option in result.stdout, option
+    assert "examples:" in result.stdout and "spark-submit" in result.stdout
+
+
+@pytest.mark.short_processes
+def test_bad_option_names_it(tmp_path: Path) -> None:
+    result = subprocess.run([sys.executable, str(JOBS / "producer.py"), "--queue", str(tmp_path / "q"),
+                             "--rate", "fast"], capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 2
+    assert "--rate" in result.stderr and "'fast'" in result.stderr
+    assert not (tmp_path / "q").exists()
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--max-bytes-per-trigger", "0"], "argument --max-bytes-per-trigger: '0' is not > 0"),
+    (["--max-bytes-per-trigger", "lots"], "argument --max-bytes-per-trigger: 'lots' is not a size"),
+    (["--max-trigger-delay", "5s"], "argument --max-trigger-delay: needs --min-records-per-trigger"),
+])
+@pytest.mark.short_processes
+def test_bad_read_limit_names_it(tmp_path: Path, args: list[str], message: str) -> None:
+    """The consumer's read limits are checked before a session starts."""
+    result = subprocess.run([sys.executable, str(JOBS / "consumer.py"), "--queue", str(tmp_path / "q"),
+                             "--output", str(tmp_path / "out"), *args], capture_output=True, text=True,
+                            timeout=120, check=False)
+    assert result.returncode == 2
+    assert message in result.stderr, result.stderr
+
+
+@pytest.mark.short_processes
+def test_ctrl_c_asks_the_run_loop_to_stop_and_a_second_one_ends_the_job_at_once() -> None:
+    """The README's walkthrough, step 5: the first Ctrl-C only asks (the run loop stops the
+    query: the walkthrough's jobs show it); a second, while a stop hangs, ends the job with 130."""
+    script = ("import os, signal, _common; _common.stop_on_ctrl_c(); os.kill(os.getpid(), signal.SIGINT); "
+              "print('asked', _common.INTERRUPTED.is_set(), flush=True); os.kill(os.getpid(), signal.SIGINT); "
+              "print('not ended')")
+    env = {key: value for key, value in os.environ.items() if key != "PYSPARK_GATEWAY_PORT"}  # no spark-submit JVM
+    result = subprocess.run([sys.executable, "-c", script], cwd=JOBS, env=env, capture_output=True, text=True,
+                            timeout=120, check=False)
+    assert (result.returncode, result.stdout) == (130, "asked True\n"), failure(result)
+
+
+@pytest.mark.processes
+def test_bad_flow_conf_fails_before_anything_is_written(tmp_path: Path) -> None:
+    queue = tmp_path / "q"
+    result = spark_submit("producer", "--queue", str(queue), "--run-seconds", "5",
+                          conf={"spark.flow.stopCount": "abc"})
+    assert result.returncode == 2, failure(result)
+    # spark-submit passes the Python driver's stderr on to its stdout
+    errors = [line for line in (result.stdout + result.stderr).splitlines() if line.startswith("error:")]
+    assert errors == ["error: spark.flow.stopCount='abc' is not valid: allowed is a whole number >= 0"], failure(result)
+    assert "Traceback" not in result.stdout + result.stderr
+    assert " started" not in result.stdout
+    assert not queue.exists()
+
+
+@pytest.mark.processes
+def test_producer_is_held_then_the_consumer_drains_the_queue_as_spark_connect_clients(
+        tmp_path: Path, connect_session: Callable[[], str]) -> None:
+    """The jobs as Spark Connect clients (``spark-submit --remote``), whose foreachBatch runs on
+    the server while the progress lines are printed by the job; the producer ended by Ctrl-C
+    once held (the server's query stopped by the client, its lines printed). (With their own
+    session, the same run is the README walkthrough's, and test_object_storage's on S3 and ABFS.)"""
+    path, output = tmp_path / "events", tmp_path / "consumed"
+
+    producer = ctrl_c_once_held(in_terminal(
+        "producer", "--queue", str(path), "--name", "p1", "--rate", str(RATE), "--capacity", str(CAPACITY),
+        "--trigger", "500ms", remote=connect_session(),
+        conf={"spark.flow.stopCount": str(STOP), "spark.flow.resumeCount": str(RESUME)}), str(path))
+    assert producer.returncode == 0 and "interrupted; stopping the query" in producer.stdout, failure(producer)
+    assert not warnings(producer), failure(producer)  # what the user sees: nothing spark-flow could prevent
+    assert f"stopCount={STOP} resumeCount={RESUME}" in producer.stdout, failure(producer)
+    lines = progress(producer.stdout, "producer")
+    assert lines, failure(producer)
+    # Held: the queue went over stop, the producer was flow-stopped, and no line (nor the
+    # table) ever shows more than stop + the producer's capacity window.
+    assert any(line["flowStopped"] == "true" for line in lines), failure(producer)
+    assert all(int(line["depth"]) <= STOP + CAPACITY for line in lines), failure(producer)
+    queue = Queue(str(path))
+    enqueued = DeltaTable(str(path)).to_pyarrow_table(columns=["id", "producer", "body"])
+    assert STOP < enqueued.num_rows <= STOP + CAPACITY
+    assert set(enqueued.column("producer").to_pylist()) == {"p1"}
+    assert {len(b) for b in enqueued.column("body").to_pylist()} == {100 - 16 - len("p1")}  # --message-size 100
+    default = queue.subscriptions.get("default")
+    assert default.flow_stopped and default.flow_stopped_count >= 1
+    assert queue.depth().count == enqueued.num_rows
+
+    consumer = spark_submit(
+        "consumer", "--queue", str(path), "--output", str(output), "--max-records-per-trigger", "20",
+        "--max-bytes-per-trigger", "1000", "--rows-per-second", "50", "--trigger", "500ms", "--until-empty",
+        remote=connect_session())
+    assert consumer.returncode == 0, failure(consumer)
+    assert not warnings(consumer), failure(consumer)
+    lines = progress(consumer.stdout, "consumer")
+    # 100-byte messages within 1000 bytes (the tighter limit): batches of 10, all full but the last
+    assert [int(line["consumed"]) for line in lines[:-1]] == [10] * (len(lines) - 1), failure(consumer)
+    assert sum(int(line["consumed"]) for line in lines) == enqueued.num_rows, failure(consumer)
+    assert lines[-1]["depth"] == "0", failure(consumer)
+    consumed = DeltaTable(str(output)).to_pyarrow_table(columns=["id"]).column("id").to_pylist()
+    assert sorted(consumed) == sorted(enqueued.column("id").to_pylist())
+    assert len(consumed) == len(set(consumed))  # every message exactly once
+    assert queue.depth().count == 0
+
+
+@pytest.mark.processes
+def test_a_producer_paced_by_its_publish_rate_as_the_readme_runs_it(tmp_path: Path) -> None:
+    """The "Publish quotas" line of docs/configuration.md as written (its queue under a temporary folder), ended
+    by Ctrl-C once a line shows a wait: the rate source offers 100 messages a second, every
+    write is at most one second of the quota of 20, and each batch's line says how long its
+    writes waited."""
+    from support.docs import BIN, bash_blocks
+
+    [[line]] = bash_blocks("docs/configuration.md", "Publish quotas")
+    words = [word.replace("/tmp/flow", str(tmp_path)) for word in line]
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    job = Terminal.start([str(BIN / words[0]), *words[1:]], env)
+
+    def throttled(stdout: str) -> bool:
+        lines = [line for line in progress(stdout, "producer") if line["enqueued"] != "partial"]
+        return any(float(line["throttled"].rstrip("s")) > 0 and line["held"] == "0.0s" for line in lines)
+
+    result = job.ctrl_c_once(lambda: throttled(job.stdout()))
+    assert result.returncode == 0, failure(result)
+    assert "msgPublishRate=20 bytePublishRate=0" in result.stdout, failure(result)
+    assert throttled(result.stdout), failure(result)
+    commits = [c.count for c in Queue(str(tmp_path / "queues" / "paced")).ledger.commits(-1) if c.count]
+    assert commits and max(commits) <= 20

@@ -1,0 +1,144 @@
+"""The producer, controller and consumer jobs as YARN applications (client mode) of the suite's
+Hadoop mini cluster, with the queue, ``spark.flow.home`` and every checkpoint on its HDFS. One
+run proves what the jobs do there: two producer applications on one queue (the line of
+docs/deployment.md and a second one), held within stop + their capacities, every message written once; a producer
+restarted from its checkpoint; the controller's status and a command queued while it was down;
+the consumer's read limits, every message consumed once; the CLI against the ``hdfs://`` home.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyspark
+import pytest
+from deltalake import DeltaTable
+from support.docs import BIN, bash_blocks
+from support.processes import ROOT, Terminal, ctrl_c_once_held, failure, in_terminal, progress, spark_submit
+from support.runs import check_consumer, check_controller
+from support.servers import yarn_applications
+from support.stores import Store
+from support.streams import wait_until
+
+from spark_flow.flow.queue import Queue
+
+#: Alone it keeps the 2 cores 56% busy: its time is YARN's heartbeats and container starts.
+pytestmark = [pytest.mark.processes, pytest.mark.mostly_waiting]
+
+#: The page's placeholders and what they are on the suite's cluster.
+PAGE_ROOT, PAGE_CONF, PAGE_PYTHON = "hdfs://namenode:8020/flow", "/etc/hadoop/conf", "/opt/venv/bin/python"
+
+
+def yarn_conf() -> dict[str, str]:
+    """Client-mode applications as small as the node manager's room for three at once: an
+    application master and one executor each. Spark's jars are on the cluster's one node
+    already (``local:``), so only the Delta package and PySpark's zips are uploaded. A
+    container's environment is YARN's, not the suite's: its JVMs get the suite's options (the
+    client compiler only, see ``conftest.JIT``) through the application's settings."""
+    options = {f"spark.{env}.JDK_JAVA_OPTIONS": os.environ["JDK_JAVA_OPTIONS"]
+               for env in ("yarn.appMasterEnv", "executorEnv") if "JDK_JAVA_OPTIONS" in os.environ}
+    return {**options, "spark.master": "yarn", "spark.submit.deployMode": "client",
+            "spark.yarn.jars": f"local:{Path(pyspark.__file__).parent / 'jars'}/*",
+            "spark.executor.instances": "1", "spark.executor.cores": "1", "spark.executor.memory": "512m",
+            "spark.yarn.am.memory": "384m", "spark.pyspark.python": sys.executable,
+            # the driver goes on while its executor starts (its first tasks wait for it)
+            "spark.scheduler.minRegisteredResourcesRatio": "0"}
+
+
+def test_jobs_on_yarn_with_queue_home_and_checkpoints_on_hdfs(yarn_cluster: tuple[str, Path], tmp_path: Path) -> None:
+    """p2 first, slowly (a message a second), declaring the queue; the YARN producer line of docs/deployment.md
+    (p1, stop 100 / resume 50; ended by Ctrl-C once the queue holds it) once p2 wrote; p1 again
+    from its checkpoint while p2 runs, and the controller meanwhile; the consumer in batches of 50
+    (``--max-bytes-per-trigger 5000``, 100-byte messages); the page's ``spark-flow`` lines."""
+    hdfs, conf_dir = yarn_cluster
+    store = Store("hdfs", f"{hdfs}/{tmp_path.name}")
+    path, output, home = store.url("queues", "events"), store.url("consumed"), store.url("home")
+    stop, resume, capacity = 100, 50, 30
+    conf = {**yarn_conf(), "spark.flow.home": home, "spark.flow.stopCount": str(stop),
+            "spark.flow.resumeCount": str(resume)}
+    env = {"HADOOP_CONF_DIR": str(conf_dir)}
+    options = ["--capacity", str(capacity), "--trigger", "500ms"]
+    started = time.time() * 1000
+
+    # No producer here runs for a fixed time: on a busy machine YARN can take longer than such a
+    # run to give an application its executor, and the run ends before any batch was written.
+    # p2 goes first and slowly: a rate source's first batch is empty, and a batch, empty or not,
+    # completes only while its queue is not flow-stopped; a p2 started after p1 filled the queue
+    # wrote nothing until the end of the wait (CI, 240 s). Its first message means it is past it.
+    second = in_terminal("producer", "--queue", path, "--name", "p2", "--rate", "1", *options, conf=conf, env=env)
+    second.wait_for(lambda: "p2" in _producers(path, store))
+    [export, producer, status, why] = bash_blocks("docs/deployment.md", "On YARN and HDFS")[0]
+    assert export == ["export", f"HADOOP_CONF_DIR={PAGE_CONF}"]
+    words = [word.replace(PAGE_ROOT, store.root).replace(PAGE_PYTHON, sys.executable) for word in producer]
+    words[1:1] = [part for key, value in yarn_conf().items() for part in ("--conf", f"{key}={value}")]
+    first = Terminal.start([str(BIN / words[0]), *words[1:], *options],
+                           {**os.environ, **env, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable})
+    runs = [ctrl_c_once_held(first, path, store.options)]  # the page's line, ended by Ctrl-C once held
+    # p1 again, from its checkpoint, while p2 runs: p2 ends once p1's restart has started its query
+    again = in_terminal("producer", "--queue", path, "--name", "p1", "--rate", "40", *options, conf=conf, env=env)
+    runs.append(second.ctrl_c_once(lambda: "producer=p1 started:" in again.stdout()))
+    # The controller looks while p1 runs again: nobody consumes. Restarted, p1 holds the rest of
+    # a batch cut short by its stop, but a fresh batch's first chunk goes in at once (its capacity
+    # window: the queue's depth may grow by up to one capacity after this look).
+    queue = Queue(path, store.options)
+    before = queue.depth().count
+    controller = check_controller(store, home, conf, queue, stop, resume, range(before, before + capacity + 1), env=env)
+    runs.append(again.ctrl_c())
+    queue, ids = check_two_held_producers(store, path, runs, stop, 2 * capacity)
+
+    consumer = spark_submit("consumer", "--queue", path, "--output", output, "--max-records-per-trigger", "100",
+                            "--max-bytes-per-trigger", "5000", "--trigger", "500ms", "--until-empty",
+                            conf=conf, env=env)
+    check_consumer(store, output, consumer, queue, [id for _, id in ids], 50)  # 100-byte messages within 5000 bytes
+    consumed = DeltaTable(output, storage_options=store.options).to_pyarrow_table(columns=["producer", "id"])
+    assert sorted(zip(consumed.column("producer").to_pylist(), consumed.column("id").to_pylist(), strict=True)) == sorted(ids)
+
+    for command in (status, why):
+        shown = subprocess.run([str(BIN / command[0]), *(w.replace(PAGE_ROOT, store.root) for w in command[1:])],
+                               cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert shown.returncode == 0 and "events" in shown.stdout, failure(shown)
+    for run in [*runs, controller, consumer]:
+        assert "Exception in task" not in run.stderr, failure(run)
+    # Five applications of the cluster's resource manager, each ended well (the last one's
+    # application master unregisters a moment after its driver ended).
+    def applications() -> list[dict[str, object]]:
+        return [app for app in yarn_applications(conf_dir) if int(str(app["startedTime"])) >= started]
+
+    wait_until(lambda: all(app["state"] == "FINISHED" for app in applications()), 30, interval=0.5)
+    apps = applications()
+    assert sorted((app["state"], app["finalStatus"]) for app in apps) == [("FINISHED", "SUCCEEDED")] * 5, apps
+
+
+def _producers(path: str, store: Store) -> set[str]:
+    """The producers whose messages the queue at ``path`` holds (none before it is a Delta table)."""
+    try:
+        table = DeltaTable(path, storage_options=store.options).to_pyarrow_table(columns=["producer"])
+    except Exception:  # not yet a Delta table (deltalake's TableNotFoundError) or not reachable yet
+        return set()
+    return set(table.column("producer").to_pylist())
+
+
+def check_two_held_producers(store: Store, path: str, runs: list[subprocess.CompletedProcess[str]], stop: int,
+                             capacities: int) -> tuple[Queue, list[tuple[str, int]]]:
+    """Producer runs of two applications (p1, restarted, and p2): held, no line (nor the table)
+    over stop + both capacity windows, every message written once. Returns the queue and the
+    messages enqueued (producer, id)."""
+    for run in runs:
+        assert run.returncode == 0, failure(run)
+    lines = [line for run in runs for line in progress(run.stdout, "producer")]
+    assert {line["producer"] for line in lines} == {"p1", "p2"}, failure(runs[0])
+    assert any(line["flowStopped"] == "true" for line in lines), failure(runs[0])
+    assert all(int(line["depth"]) <= stop + capacities for line in lines), failure(runs[0])
+    enqueued = DeltaTable(path, storage_options=store.options).to_pyarrow_table(columns=["id", "producer"])
+    assert stop < enqueued.num_rows <= stop + capacities
+    messages = list(zip(enqueued.column("producer").to_pylist(), enqueued.column("id").to_pylist(), strict=True))
+    assert len(messages) == len(set(messages))  # no application's commit overwrote another's; nothing twice
+    queue = Queue(path, store.options)
+    default = queue.subscriptions.get("default")
+    assert default.flow_stopped and default.flow_stopped_count >= 1
+    assert queue.depth().count == enqueued.num_rows
+    return queue, messages
