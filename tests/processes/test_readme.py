@@ -2,50 +2,24 @@
 spark-submit with its own conf (paths under a temporary folder instead of /tmp/flow), ended by
 Ctrl-C as in a terminal.
 
-Each spark-submit is its own JVM (marked processes); results are read back with deltalake and the CLI.
+Each spark-submit is its own JVM; results are read back with deltalake and the CLI.
 """
 
 from __future__ import annotations
 
 import os
-import re
-import shlex
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-import pytest
-from invariants import assert_transitions_follow_thresholds
-from processes import ROOT, Terminal, failure, progress
-from pyspark.sql import SparkSession
-from streams import wait_for_looks
+from support.docs import BIN, ROOT, bash_blocks
+from support.invariants import assert_transitions_follow_thresholds
+from support.processes import Terminal, failure, progress
+from support.streams import wait_for_looks
 
 from spark_flow.flow.queue import Queue
 from spark_flow.ops.admin import FlowAdmin
-
-README = ROOT / "README.md"
-BIN = Path(sys.executable).parent
-
-
-def bash_blocks(section: str) -> list[list[list[str]]]:
-    """The ```bash blocks of a README section, each as its commands (``\\`` continuations
-    joined, comments dropped), each command as its words."""
-    text = README.read_text()
-    part = text.split(f"\n## {section}", 1)[1].split("\n## ", 1)[0]
-    blocks = re.findall(r"```bash\n(.*?)```", part, re.S)
-    commands = [[shlex.split(line, comments=True) for line in block.replace("\\\n", " ").splitlines()]
-                for block in blocks]
-    return [[words for words in block if words] for block in commands]
-
-
-def test_readme_walkthrough_blocks_are_the_ones_this_test_runs() -> None:
-    setup, controller, producer, consumer, operate = bash_blocks("Walkthrough")
-    assert setup == [["source", ".venv/bin/activate"], ["export", "SPARK_CONF_DIR=$PWD/conf"]]
-    assert [c[0] for c in (*controller, *producer, *consumer)] == ["spark-submit"] * 3
-    assert {c[1] for c in operate[1:]} == {"status", "set", "unset", "stop-producers", "start-producers", "plot",
-                                           "delete"}
-    assert operate[-1][1] == "delete"  # last: the walkthrough's queue is gone after it
 
 
 class Walkthrough:
@@ -78,7 +52,6 @@ def wait_for(predicate: object, timeout: float, what: str) -> None:
         time.sleep(1)
 
 
-@pytest.mark.processes
 def test_readme_walkthrough_as_written(tmp_path: Path) -> None:
     """The controller started with ``spark.flow.home`` only, the producer with stop 500 / resume
     300 in its own conf, then the slow consumer: the status shows 500 / 300 while the producer
@@ -87,7 +60,7 @@ def test_readme_walkthrough_as_written(tmp_path: Path) -> None:
     jobs run as written and end by Ctrl-C once the producer went on after its hold: each says so
     in a line and exits 0, no traceback. The last command deletes the queue (no consumer reads
     it any more): its table, state and registration."""
-    _setup, [controller], [producer], [consumer], operate = bash_blocks("Walkthrough")
+    _setup, [controller], [producer], [consumer], operate = bash_blocks("README.md", "Walkthrough")
     walk = Walkthrough(tmp_path)
     home, path = tmp_path / "home", tmp_path / "queues" / "events"
     jobs = [walk.start(controller), walk.start(producer)]
@@ -135,44 +108,3 @@ def test_readme_walkthrough_as_written(tmp_path: Path) -> None:
     assert [r["flow_stopped_count"] for r in stops] == list(range(1, sub.flow_stopped_count + 1))
     assert sub.flow_stopped_count == max(int(line["flowStoppedCount"]) for line in produced), failure(made)
     assert_transitions_follow_thresholds(history)
-
-
-def python_blocks(*sections: str) -> list[str]:
-    """The ```python blocks of these README sections, in order."""
-    parts = [README.read_text().split(f"\n## {section}", 1)[1].split("\n## ", 1)[0] for section in sections]
-    return [block for part in parts for block in re.findall(r"```python\n(.*?)```", part, re.S)]
-
-
-def test_readme_python_examples_as_written(spark: SparkSession, tmp_path: Path) -> None:
-    """The README's Python examples in order, in one namespace, with their paths under a
-    temporary folder: the queue fills, the controller registers it and writes its status, the
-    run-time commands are accepted, the plot is drawn; then the example's last lines stop the
-    queries and delete the queue: its table, state and registration are gone."""
-    blocks = [block.replace("/data/", f"{tmp_path}/data/").replace("/chk/", f"{tmp_path}/chk/")
-              .replace("/tmp/events.png", f"{tmp_path}/events.png")
-              for block in python_blocks("How it works", "The flow controller, status and operator commands")]
-    assert len(blocks) == 2
-    namespace: dict[str, object] = {}
-    try:
-        before, delete = blocks[1].split("for query in (producer, consumer):")
-        for block in (blocks[0], before):
-            exec(compile(block, str(README), "exec"), namespace)
-        admin = namespace["admin"]
-        status = admin.status()  # type: ignore[attr-defined]
-        assert list(status["queue"]) == ["events", "events"]  # default and audit
-        assert (tmp_path / "events.png").read_bytes()[:4] == b"\x89PNG"
-        assert [c.command for c in admin.commands.read()] == [  # type: ignore[attr-defined]
-            "set", "unset", "stop-producers", "start-producers"]
-        queue = namespace["queue"]
-        queue.refresh()  # type: ignore[attr-defined]
-        assert queue.settings().thresholds.resume_count == 600  # type: ignore[attr-defined]
-
-        exec(compile("for query in (producer, consumer):" + delete, str(README), "exec"), namespace)
-        assert admin.queues() == {} and not (tmp_path / "data" / "queues" / "events").exists()  # type: ignore[attr-defined]
-        assert list(admin.status()["queue"]) == []  # type: ignore[attr-defined]
-    finally:
-        for query in spark.streams.active:
-            query.stop()
-        if "listener" in namespace:
-            spark.streams.removeListener(namespace["listener"])  # type: ignore[arg-type]
-        spark.conf.unset("spark.flow.home")
