@@ -28,7 +28,7 @@ def test_the_contracts_break_on_a_wrong_way_import(tmp_path: Path) -> None:
                               text=True, timeout=120)
 
     assert lint().returncode == 0
-    state = tmp_path / "spark_flow" / "rules" / "state.py"
+    state = tmp_path / "spark_flow" / "rules" / "flow_state.py"
     state.write_text(state.read_text() + "\nfrom spark_flow.flow.gate import Gate  # noqa\n")
     view = tmp_path / "spark_flow" / "ops" / "view.py"
     view.write_text(view.read_text() + "\nimport deltalake  # noqa\n")

@@ -205,7 +205,7 @@ def test_a_transition_seen_before_its_maker_records_it_keeps_the_depth_it_was_ma
         assert paused.wait(60)
         Queue(path).acknowledge("default", Position(version - 1, 4))
         seen = Gate(Queue(path)).step()
-        assert seen.stopped and seen.depth.count == 4
+        assert seen.held and seen.depth.count == 4
     finally:
         release.set()
         logger.removeHandler(handler)
