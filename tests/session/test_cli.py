@@ -68,8 +68,9 @@ def test_the_home_wide_limits_lines_as_written(home: str, capsys: pytest.Capture
     gives the home's two count limits and its job is there."""
     [[submit, set_home, status]] = bash_blocks("docs/configuration.md", "Home-wide limits")
     conf = dict(submit[i + 1].split("=", 1) for i, word in enumerate(submit) if word == "--conf")
-    assert conf_settings("events", conf, "home") == {
-        "homeStopCount": ("spark.flow.homeStopCount", "100000"), "homeResumeCount": ("spark.flow.homeResumeCount", "60000")}
+    limits = conf_settings("events", conf, "home")
+    assert (limits["homeStopCount"], limits["homeResumeCount"]) == (
+        ("spark.flow.homeStopCount", "100000"), ("spark.flow.homeResumeCount", "60000"))
     assert submit[0] == "spark-submit" and (ROOT / submit[submit.index("--queue") - 1]).is_file()
     for command in (set_home, status):
         assert command[0] == "spark-flow"
