@@ -52,7 +52,7 @@ lint: $(STAMP)
 	$(VENV)/bin/lint-imports --no-cache
 
 # The inner loop: the static checks and every test that needs no other process: no Spark (a
-# session is a JVM and its Python workers), no server, no job; see the README's "Tests".
+# session is a JVM and its Python workers), no server, no job; see docs/testing.md.
 check: lint
 	$(VENV)/bin/pytest -m "not spark and not processes"
 

@@ -12,14 +12,12 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-import pyarrow as pa
 import pytest
-from deltalake import DeltaTable, write_deltalake
 from deltalake.fs import DeltaStorageHandler
+from support.homes import queue_with_state
 from support.stores import Store
 
 from spark_flow.exceptions import QueueNotFoundError
-from spark_flow.flow.queue import HOME_PROPERTY, QUEUE_NAME, STATE_LOCATION, Queue
 from spark_flow.ops.admin import FlowAdmin
 from spark_flow.store.access import file_system
 
@@ -32,24 +30,6 @@ def holds_anything(location: str, options: Mapping[str, str]) -> bool:
     return bool(files.get_file_info(path).type != FileType.NotFound)
 
 
-def _queue_without_spark(store: Store, name: str) -> Queue:
-    """A queue made as ``declare`` makes one, with deltalake (the suite's Spark session has no S3
-    file system): three messages, then its properties; its home's state location with a
-    subscription, a hold time and a run-time setting; registered."""
-    path, home = store.url("queues", name), store.url("home")
-    write_deltalake(path, pa.table({"id": [0, 1, 2]}), configuration={"delta.enableChangeDataFeed": "true"},
-                    storage_options=store.options or None)
-    DeltaTable(path, storage_options=store.options or None).alter.set_table_properties(
-        {QUEUE_NAME: name, STATE_LOCATION: store.url("home", name), HOME_PROPERTY: home}, raise_if_not_exists=False)
-    queue = Queue(path, store.options)
-    queue.subscriptions.create_table()
-    queue.subscriptions.create("default", -1)
-    queue.hold_times.record("query", 0, 1.5)
-    queue.runtime_settings.apply({"stopCount": "9"}, 0)
-    FlowAdmin(home, store.options).register(path)
-    return queue
-
-
 @pytest.mark.processes
 @pytest.mark.parametrize("store", ["local", "s3", "abfs", "gcs"], indirect=True)
 def test_the_command_removes_table_state_and_registration(store: Store, tmp_path: Path) -> None:
@@ -57,7 +37,7 @@ def test_the_command_removes_table_state_and_registration(store: Store, tmp_path
     names the registered ones, ``--if-empty`` refuses and removes nothing; then the table, the
     state location and the registration are gone, and a handle opened before can neither look
     at the queue nor write its state (nothing is made again at its state location)."""
-    queue = _queue_without_spark(store, "events")
+    queue = queue_with_state(store, "events")
     if store.kind == "abfs":  # the empty blob Hadoop's ABFS marks a directory with, as Spark leaves it
         DeltaStorageHandler(store.root, store.options).open_output_stream("queues/events").close()
     properties = tmp_path / "storage.conf"

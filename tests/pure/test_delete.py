@@ -16,42 +16,21 @@ import threading
 from datetime import UTC, datetime
 from pathlib import Path
 
-import pyarrow as pa
 import pytest
-from deltalake import DeltaTable, write_deltalake
+from support.homes import queue_with_state
 from support.stores import Store
 
 from spark_flow.controller.observation import observe
 from spark_flow.exceptions import ConfigurationError
-from spark_flow.flow.queue import HOME_PROPERTY, QUEUE_NAME, STATE_LOCATION, Queue
-from spark_flow.ops.admin import FlowAdmin
 from spark_flow.spark.listener import FlowProgressListener
 from spark_flow.store.access import remove_location
-
-
-def _queue_without_spark(store: Store, name: str) -> Queue:
-    """A queue made as ``declare`` makes one, with deltalake (the suite's Spark session has no S3
-    file system): three messages, then its properties; its home's state location with a
-    subscription, a hold time and a run-time setting; registered."""
-    path, home = store.url("queues", name), store.url("home")
-    write_deltalake(path, pa.table({"id": [0, 1, 2]}), configuration={"delta.enableChangeDataFeed": "true"},
-                    storage_options=store.options or None)
-    DeltaTable(path, storage_options=store.options or None).alter.set_table_properties(
-        {QUEUE_NAME: name, STATE_LOCATION: store.url("home", name), HOME_PROPERTY: home}, raise_if_not_exists=False)
-    queue = Queue(path, store.options)
-    queue.subscriptions.create_table()
-    queue.subscriptions.create("default", -1)
-    queue.hold_times.record("query", 0, 1.5)
-    queue.runtime_settings.apply({"stopCount": "9"}, 0)
-    FlowAdmin(home, store.options).register(path)
-    return queue
 
 
 def test_controller_and_listener_stop_looking_at_a_gone_queue(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """The controller's look and the query listener, with their handles open, find the queue gone
     once its directory is removed: the controller observes nothing of it (its keys time out),
     the listener reports nothing of it and logs that once; neither writes in its place."""
-    queue = _queue_without_spark(Store("local", str(tmp_path)), "events")
+    queue = queue_with_state(Store("local", str(tmp_path)), "events")
     listener = FlowProgressListener(queues=[queue.path], storage_options={})
     assert len(observe({"events": queue.path}, {})) == 1
     assert listener.in_flight("query", datetime.now(UTC)) == []

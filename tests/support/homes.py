@@ -24,6 +24,7 @@ from spark_flow.flow.gate import Gate, GateStatus
 from spark_flow.flow.queue import HOME_PROPERTY, QUEUE_NAME, STATE_LOCATION, Queue, open_queue
 from spark_flow.records.home import Registry
 from spark_flow.rules.depth import METADATA_KEY
+from support.stores import Store
 
 SCHEMA = pa.schema([("id", pa.int64()), ("body", pa.string())])
 
@@ -56,6 +57,17 @@ def enqueue(queue: Queue, count: int, size: int = 10) -> None:
     metadata = json.dumps({METADATA_KEY: {"count": count, "size": count * size}})
     write_deltalake(queue.path, rows, mode="append", storage_options=queue.storage_options or None,
                     commit_properties=CommitProperties(custom_metadata={"userMetadata": metadata}))
+
+
+def queue_with_state(store: Store, name: str) -> Queue:
+    """A queue of ``store``'s home (``<root>/home``, its table under ``<root>/queues``), without
+    Spark (the suite's Spark session has no S3 file system): three messages, then in its state a
+    subscription, a hold time and a run-time setting; registered. What a deletion removes."""
+    queue = make_queue(store.url("home"), name, base=store.url("queues"), storage_options=store.options)
+    enqueue(queue, 3)
+    queue.hold_times.record("query", 0, 1.5)
+    queue.runtime_settings.apply({"stopCount": "9"}, 0)
+    return queue
 
 
 def look_as_a_producer(queue: Queue) -> GateStatus:
