@@ -26,7 +26,7 @@ from spark_flow.flow.queue import open_queue
 from spark_flow.flow.recorder import FlowRecorder
 from spark_flow.records.home import Registry, control_path
 from spark_flow.records.runtime_settings import RuntimeSettings
-from spark_flow.records.subscriptions import SubscriptionTable
+from spark_flow.records.subscriptions import FlowRowTable
 from spark_flow.records.transitions import TransitionTable
 from spark_flow.rules.depth import Depth
 from spark_flow.rules.flow_state import FlowState, Thresholds
@@ -84,7 +84,7 @@ class HomeFlow:
         self.storage_options = dict(storage_options or {})
         self.registry = Registry(self.home, self.storage_options)
         self.settings_table = RuntimeSettings(control_path(self.home, "settings"), self.storage_options)
-        self.flow = SubscriptionTable(control_path(self.home, "flow"), HOME_QUEUE, self.storage_options)
+        self.flow = FlowRowTable(control_path(self.home, "flow"), HOME_QUEUE, self.storage_options)
         self.history = TransitionTable(control_path(self.home, "transitions"), HOME_QUEUE, self.storage_options)
         self.recorder = FlowRecorder(self.flow, self.history, lambda _row: f"home {self.home}")
         self._thresholds: tuple[dict[str, str], Thresholds] | None = None

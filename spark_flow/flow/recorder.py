@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from spark_flow.records.subscriptions import Subscription, SubscriptionTable
+from spark_flow.records.subscriptions import FlowRowTable, Subscription
 from spark_flow.records.transitions import TransitionTable, transition_detail
 from spark_flow.rules.depth import Depth
 from spark_flow.rules.flow_state import FlowState, Thresholds
@@ -27,7 +27,7 @@ class FlowRecorder:
     """Records the transitions of the flow states in ``rows`` (a queue's subscriptions, or the
     home's one row) and their history in ``history``; ``label`` names a row in log lines."""
 
-    def __init__(self, rows: SubscriptionTable, history: TransitionTable, label: Callable[[str], str]) -> None:
+    def __init__(self, rows: FlowRowTable, history: TransitionTable, label: Callable[[str], str]) -> None:
         self.rows = rows
         self.history = history
         self.label = label

@@ -154,9 +154,12 @@ def age(seen: datetime | None) -> float:
     return (datetime.now(UTC) - seen).total_seconds() if seen is not None else float("inf")
 
 
-class SubscriptionTable:
-    """The subscriptions table of one queue, at ``location`` (written while ``owner``, the
-    queue, is there)."""
+class FlowRowTable:
+    """Rows of flow state keyed by name, at ``location``: a queue's subscriptions
+    (:class:`SubscriptionTable`) and a home's one row (its home-wide flow state) are recorded
+    alike, so one recorder (:class:`~spark_flow.flow.recorder.FlowRecorder`) steps both.
+    ``queue`` names the queue (or the home) in errors; rows are written while ``owner``, the
+    queue, is there."""
 
     def __init__(self, location: str, queue: str, storage_options: Mapping[str, str] | None = None, *,
                  owner: Owner | None = None) -> None:
@@ -200,6 +203,44 @@ class SubscriptionTable:
                                | {"downstream": "NULL", "reader": "NULL", "reader_seen": "NULL", "reader_process": "NULL",
                                   "delivery": "NULL"})
         return bool(inserted["num_target_rows_inserted"] > 0)
+
+    def transition(self, before: Subscription, flow_stopped: bool, flow_stopped_count: int,
+                   detail: str) -> Subscription | None:
+        """Record a flow transition, with ``detail`` (what it saw), if the row still shows
+        ``before`` (compare and set); returns the row as it now is.
+
+        None means another gate recorded a transition first; the caller reads again.
+        """
+        now = datetime.now(UTC)
+        row = {"name": before.name, "flow_stopped": flow_stopped, "flow_stopped_count": flow_stopped_count,
+               "detail": detail, "was_stopped": before.flow_stopped, "was_count": before.flow_stopped_count, "now": now}
+        metrics = self._merge(row, update={"flow_stopped": "s.flow_stopped", "flow_stopped_count": "s.flow_stopped_count",
+                                           "last_transition": "s.now", "last_transition_detail": "s.detail",
+                                           "updated_at": "s.now"},
+                              update_when="t.flow_stopped = s.was_stopped AND t.flow_stopped_count = s.was_count")
+        if not metrics["num_target_rows_updated"]:
+            return None
+        return replace(before, flow_stopped=flow_stopped, flow_stopped_count=flow_stopped_count, last_transition=now,
+                       last_transition_detail=detail, updated_at=now)
+
+    def _add_columns(self) -> None:
+        """Add the columns later versions brought to a table an older spark-flow created: its
+        rows read ``index`` as 0 (whole-commit positions) and no transition detail."""
+        if not self._columns_ready:
+            self._table.add_columns(_LATER_COLUMNS)
+            self._columns_ready = True
+
+    def _merge(self, row: dict[str, Any], *, update: Mapping[str, str] | None = None, update_when: str | None = None,
+               insert: Mapping[str, str] | None = None) -> dict[str, Any]:
+        """MERGE one row keyed by name."""
+        self._add_columns()
+        return self._table.merge(one_row(row), Merge("t.name = s.name", update=update, update_when=update_when,
+                                                     insert=insert))
+
+
+class SubscriptionTable(FlowRowTable):
+    """The subscriptions table of one queue: each row a subscription's flow state, and its ack
+    position, reader, downstream queues and a failed batch's redelivery in progress."""
 
     def drop(self, name: str) -> None:
         """Drop a subscription: it no longer counts in the queue's depth."""
@@ -284,36 +325,3 @@ class SubscriptionTable:
                                            "dead_lettered_count": "coalesce(t.dead_lettered_count, 0) + s.moved"},
                               update_when="coalesce(t.delivery, '') = s.was")
         return bool(metrics["num_target_rows_updated"])
-
-    def transition(self, before: Subscription, flow_stopped: bool, flow_stopped_count: int,
-                   detail: str) -> Subscription | None:
-        """Record a flow transition, with ``detail`` (what it saw), if the row still shows
-        ``before`` (compare and set); returns the row as it now is.
-
-        None means another gate recorded a transition first; the caller reads again.
-        """
-        now = datetime.now(UTC)
-        row = {"name": before.name, "flow_stopped": flow_stopped, "flow_stopped_count": flow_stopped_count,
-               "detail": detail, "was_stopped": before.flow_stopped, "was_count": before.flow_stopped_count, "now": now}
-        metrics = self._merge(row, update={"flow_stopped": "s.flow_stopped", "flow_stopped_count": "s.flow_stopped_count",
-                                           "last_transition": "s.now", "last_transition_detail": "s.detail",
-                                           "updated_at": "s.now"},
-                              update_when="t.flow_stopped = s.was_stopped AND t.flow_stopped_count = s.was_count")
-        if not metrics["num_target_rows_updated"]:
-            return None
-        return replace(before, flow_stopped=flow_stopped, flow_stopped_count=flow_stopped_count, last_transition=now,
-                       last_transition_detail=detail, updated_at=now)
-
-    def _add_columns(self) -> None:
-        """Add the columns later versions brought to a table an older spark-flow created: its
-        rows read ``index`` as 0 (whole-commit positions) and no transition detail."""
-        if not self._columns_ready:
-            self._table.add_columns(_LATER_COLUMNS)
-            self._columns_ready = True
-
-    def _merge(self, row: dict[str, Any], *, update: Mapping[str, str] | None = None, update_when: str | None = None,
-               insert: Mapping[str, str] | None = None) -> dict[str, Any]:
-        """MERGE one row keyed by name."""
-        self._add_columns()
-        return self._table.merge(one_row(row), Merge("t.name = s.name", update=update, update_when=update_when,
-                                                     insert=insert))
