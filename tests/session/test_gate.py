@@ -66,7 +66,7 @@ def test_observe_turns_on_above_stop_and_two_gates_count_the_crossing_once(
         thread.start()
     for thread in threads:
         thread.join(60)
-    assert all(s.stopped and s.depth.count == 6 and s.flow_stopped_count == 1 for s in seen.values()), seen
+    assert all(s.held and s.depth.count == 6 and s.flow_stopped_count == 1 for s in seen.values()), seen
     assert second.step().flow_stopped_count == 1 and first.step().flow_stopped_count == 1
 
     queue = Queue(path)
@@ -200,7 +200,7 @@ def test_a_transition_seen_before_its_maker_records_it_keeps_the_depth_it_was_ma
     level = logger.level
     logger.setLevel(logging.INFO)
     try:
-        maker = threading.Thread(target=Gate(Queue(path)).observe)
+        maker = threading.Thread(target=Gate(Queue(path)).step)
         maker.start()
         assert paused.wait(60)
         Queue(path).acknowledge("default", Position(version - 1, 4))
