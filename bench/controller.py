@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING
 
 from _report import figure, local_conf, machine, parser, write_report
 
-from spark_flow import controller, declare, get_spark
+from spark_flow import declare, get_spark
+from spark_flow.controller import query as controller
 from spark_flow.flow.queue import Queue
 from spark_flow.ops.admin import FlowAdmin
 from spark_flow.records.home import Registry
