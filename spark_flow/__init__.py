@@ -8,6 +8,7 @@ from spark_flow.controller.query import start_controller, stop_between_batches
 from spark_flow.exceptions import (
     ConfigurationError,
     DeadLetterLimitError,
+    DeadLetterQueueError,
     FlowControlError,
     HistoryNotFoundError,
     HoldInterruptedError,
@@ -43,6 +44,7 @@ from spark_flow.spark.source import FlowQueueDataSource, read_queue
 __all__ = [
     "ConfigurationError",
     "DeadLetterLimitError",
+    "DeadLetterQueueError",
     "DeadLetters",
     "Depth",
     "FlowAdmin",

@@ -41,6 +41,17 @@ class UnknownKeyError(ConfigurationError):
         self.closest = closest
 
 
+class DeadLetterQueueError(ConfigurationError):
+    """Thrown where a queue's ``deadLetterQueue`` is named (``declare``, ``set``, a Spark conf)
+    when that queue cannot take the queue's dead letters: the queue itself, a queue whose dead
+    letters lead back to it, or an existing table without the queue's columns then the
+    dead-letter columns. Its consumer would otherwise fail at the first dead letter."""
+
+    def __init__(self, key: str, value: Any, queue: str, allowed: str, reason: str) -> None:
+        super().__init__(key, value, allowed, reason)
+        self.queue = queue
+
+
 class QueueNotFoundError(SparkFlowError, LookupError):
     """Thrown when a queue path or name holds no Delta table declared as a queue."""
 

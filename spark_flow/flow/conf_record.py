@@ -5,7 +5,9 @@ Settings are one per queue (and per home), recorded with it, so every process ju
 gives explicitly (``spark.flow.stopCount``, ``spark.flow.queues.<pattern>.<key>``,
 ``spark.flow.homeStopCount``) where the queue or home has none recorded; a conf value that
 differs from the recorded one is not applied and is logged once, naming both values and how to
-change the recorded one. The whole is checked before anything is written.
+change the recorded one. The whole is checked before anything is written, a dead-letter queue it
+names too (:func:`~spark_flow.flow.dead_letter_queue.check_dead_letter_queue`); a conf's
+``deadLetterQueue`` is not given to the queue it names.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from spark_flow.flow.dead_letter_queue import KEY as DEAD_LETTER_QUEUE
+from spark_flow.flow.dead_letter_queue import Origin, catalog_name, check_dead_letter_queue, conf_for_queue, registered
 from spark_flow.rules.keys import HOME_KEYS, KEYS, PROPERTY_PREFIX, conf_settings, is_setting, setting_name
 from spark_flow.rules.settings import QueueSettings, home_thresholds, queue_settings
 from spark_flow.store.table import Table, retry_commit
@@ -30,7 +34,8 @@ def record_queue_conf(queue: Queue, conf: Mapping[str, Any]) -> QueueSettings:
     """Record the queue settings ``conf`` gives for ``queue`` that the queue has none recorded
     for; return the settings in force. The record is a compare-and-set on the table's metadata
     (a concurrent recorder makes it read again)."""
-    given = conf_settings(queue.name, conf, "queue")
+    locate = registered(queue.home, queue.storage_options)
+    given = conf_for_queue(conf_settings(queue.name, conf, "queue"), queue.path, catalog_name(queue), locate)
     if not given:
         queue.refresh()
         return queue.settings()
@@ -41,7 +46,9 @@ def record_queue_conf(queue: Queue, conf: Mapping[str, Any]) -> QueueSettings:
         recorded = {setting_name(k) for k in [*properties, *runtime] if is_setting(k)}
         missing = {name: entry for name, entry in given.items() if name not in recorded}
         if missing:
-            queue_settings(queue.name, properties, dict(missing.values()), runtime)  # the whole must hold
+            settings = queue_settings(queue.name, properties, dict(missing.values()), runtime)  # the whole must hold
+            if DEAD_LETTER_QUEUE in missing:
+                check_dead_letter_queue(settings, Origin.of(queue), locate, queue.storage_options)
             table.set_properties({PROPERTY_PREFIX + n: str(raw) for n, (_k, raw) in missing.items()})
         return missing
 

@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spark_flow.exceptions import ConfigurationError, HistoryNotFoundError, QueueNotFoundError
-from spark_flow.flow.dead_letter_queue import dead_letter_queue, replay
+from spark_flow.flow.dead_letter_queue import KEY as DEAD_LETTER_QUEUE
+from spark_flow.flow.dead_letter_queue import Origin, check_dead_letter_queue, dead_letter_queue, registered, replay
 from spark_flow.flow.deletion import DeletedQueue, delete_queue
 from spark_flow.flow.homeflow import HOME_QUEUE, HOME_ROW, open_home
 from spark_flow.flow.queue import Queue, open_queue
@@ -121,7 +122,9 @@ class FlowAdmin:
         """Change settings (``stopCount=900``, ``resumeSize="8m"``, ``policy="ring"``) of the
         queues ``target`` names at run time; returns the command id. Each queue's settings as
         they will be, with the commands issued before this one, are checked whole before the
-        command is written: a change that would make a queue invalid is refused here."""
+        command is written: a change that would make a queue invalid is refused here, and so is
+        a ``deadLetterQueue`` that cannot take its dead letters (the queue itself, a cycle of
+        dead-letter queues, an existing table with other columns)."""
         wanted = {**dict(settings or {}), **more}
         if not wanted:
             raise ConfigurationError("settings", wanted, "at least one setting, e.g. stopCount=900")
@@ -160,7 +163,10 @@ class FlowAdmin:
         for name in self.matching(target):
             queue = self.queue(name)
             runtime = with_settings(self._pending(queue), changes)
-            queue_settings(name, queue.properties(), runtime)
+            settings = queue_settings(name, queue.properties(), runtime)
+            if changes.get(DEAD_LETTER_QUEUE) is not None:
+                check_dead_letter_queue(settings, Origin.of(queue), registered(self.home, self.storage_options),
+                                        self.storage_options)
         return self.commands.append(command, target, changes)
 
     def _pending(self, queue: Queue) -> dict[str, str]:

@@ -39,7 +39,8 @@ class SubscriptionView:
     """One subscription as its tables say now. ``downstream`` names the queues its consumer
     writes to (a registered queue by name, another by path); ``backpressured``: one of them
     holds its producers, so the consumer is held back, not slow; ``stalled``: it has messages
-    and has acknowledged nothing for the queue's ``stallTimeout`` while not backpressured."""
+    and has acknowledged nothing for the queue's ``stallTimeout`` while not backpressured;
+    ``acked_at``: its last acknowledgement, None if it has never acknowledged."""
 
     name: str
     depth: Depth
@@ -214,11 +215,18 @@ def _queue_view(read: _Read, home_stop: tuple[bool, datetime | None], held: Mapp
         stalled = bool(timeout and depth.count and not backpressured and (now - waiting_since).total_seconds() >= timeout)
         subs.append(SubscriptionView(sub.name, depth, depth.age(now_ms), sub.flow_stopped, sub.flow_stopped_count,
                                      sub.last_transition, sub.position, sub.discarded_count, sub.expired_count,
-                                     sub.dead_lettered_count, sub.acked_at,
+                                     sub.dead_lettered_count, _last_acknowledged(sub),
                                      tuple(names.get(p, p) for p in downstream), backpressured, stalled))
     is_held = held[read.path]
     return QueueView(read.name, read.path, read.settings, read.latest, tuple(subs), home_stop[0], is_held,
                      _held_since(read, home_stop) if is_held else None)
+
+
+def _last_acknowledged(sub: Subscription) -> datetime | None:
+    """When the subscription last acknowledged, None if never: its row records its creation as
+    ``acked_at`` too (a stall's clock starts there), so an ``acked_at`` that is its creation
+    time is no acknowledgement."""
+    return None if sub.acked_at == sub.created_at else sub.acked_at
 
 
 def _held_since(read: _Read, home_stop: tuple[bool, datetime | None]) -> datetime | None:

@@ -103,8 +103,8 @@ def _limits(queue: QueueView) -> str:
 def _consumer(sub: SubscriptionView) -> str:
     """What a consumer that is not backpressured is doing, from its acknowledgements."""
     state = "stalled" if sub.stalled else "not backpressured (slow, or not running)"
-    return (f"the consumer of subscription {sub.name} is {state}: oldest message waits {_duration(sub.age)}"
-            + (f", last acknowledgement at {sub.acked_at:%H:%M:%S} UTC" if sub.acked_at is not None else ""))
+    acknowledged = f"last acknowledgement at {sub.acked_at:%H:%M:%S} UTC" if sub.acked_at is not None else "never acknowledged"
+    return f"the consumer of subscription {sub.name} is {state}: oldest message waits {_duration(sub.age)}, {acknowledged}"
 
 
 def _duration(seconds: float) -> str:

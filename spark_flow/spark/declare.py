@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from spark_flow.exceptions import ConfigurationError, QueueNotFoundError, SchemaMismatchError
 from spark_flow.flow.conf_record import record_home_conf, record_queue_conf
+from spark_flow.flow.dead_letter_queue import KEY as DEAD_LETTER_QUEUE
+from spark_flow.flow.dead_letter_queue import Locate, Origin, check_dead_letter_queue, conf_for_queue
 from spark_flow.flow.homeflow import open_home
 from spark_flow.flow.queue import (
     CATALOG_TABLE,
@@ -104,7 +106,9 @@ def declare(
     properties = _queue_properties(settings or {})
     conf = session_flow_conf(spark)
     storage = session_storage_options(spark)
-    given = {key: raw for key, raw in conf_settings(ref.name, conf, "queue").values()}
+    locate = _locator(spark, storage)
+    given = {key: raw for key, raw in conf_for_queue(conf_settings(ref.name, conf, "queue"), ref.path, ref.table,
+                                                     locate).values()}
     wanted = _columns_of(schema)
     at = _state_location(state_location, conf, ref.name)
     home = normalize_path(conf[HOME_CONF]) if conf.get(HOME_CONF) else None
@@ -115,9 +119,9 @@ def declare(
     if home:
         record_home_conf(open_home(home, storage), conf)  # a bad home limit fails before the queue is made
     if detail is not None:
-        location = _adopt(spark, ref, detail, wanted, properties, given, at, storage, home)
+        location = _adopt(spark, ref, detail, wanted, properties, given, at, storage, home, locate)
     else:
-        location = _create(spark, ref, wanted, properties, given, at, storage, home)
+        location = _create(spark, ref, wanted, properties, given, at, storage, home, locate)
     handle = Queue(location, storage)
     if handle.subscriptions.create_table():  # a new queue; a declared one keeps its subscriptions
         handle.subscriptions.create(DEFAULT_SUBSCRIPTION, -1)
@@ -130,9 +134,10 @@ def declare(
 
 def _adopt(spark: SparkSession, ref: QueueRef, detail: Mapping[str, Any], wanted: StructType | None,
            properties: dict[str, str], given: Mapping[str, Any], state_location: Callable[[str], str],
-           storage: Mapping[str, str], home: str | None) -> str:
+           storage: Mapping[str, str], home: str | None, locate: Locate) -> str:
     """Declare an existing Delta table a queue (again): its columns must be the declared ones;
-    the settings given are recorded, and the conf's where the queue has none. Returns its location."""
+    the settings given are recorded, and the conf's where the queue has none; a dead-letter
+    queue they name is checked. Returns its location."""
     existing = spark.table(ref.sql).schema
     if wanted is not None and _columns(existing) != _columns(wanted):
         raise SchemaMismatchError(ref.name, existing.simpleString(), wanted.simpleString(),
@@ -142,7 +147,9 @@ def _adopt(spark: SparkSession, ref: QueueRef, detail: Mapping[str, Any], wanted
     runtime = RuntimeSettings(posixpath.join(state, RUNTIME_SETTINGS_FOLDER), storage).current()
     recorded = {setting_name(k) for k in [*has, *properties, *runtime] if is_setting(k)}
     missing = {key: raw for key, raw in given.items() if setting_name(key) not in recorded}
-    queue_settings(ref.name, has, missing, properties, runtime)  # the whole as it will be, before any write
+    settings = queue_settings(ref.name, has, missing, properties, runtime)  # the whole as it will be, before any write
+    if settings.origins[DEAD_LETTER_QUEUE] in {*properties, *missing}:  # named here
+        check_dead_letter_queue(settings, Origin(ref.name, location, existing, ref.table), locate, storage)
     properties.setdefault(QUEUE_NAME, has.get(QUEUE_NAME, ref.name))
     properties.setdefault(STATE_LOCATION, state)
     if ref.table is not None:
@@ -157,13 +164,15 @@ def _adopt(spark: SparkSession, ref: QueueRef, detail: Mapping[str, Any], wanted
 
 def _create(spark: SparkSession, ref: QueueRef, wanted: StructType | None, properties: dict[str, str],
             given: Mapping[str, Any], state_location: Callable[[str], str], storage: Mapping[str, str],
-            home: str | None) -> str:
+            home: str | None, locate: Locate) -> str:
     """Create a queue: a Delta table with Change Data Feed on and its settings as properties
-    (the given ones over the conf's). Returns its location: a path queue's is its path, as
-    :func:`queue_location` gives it to every process; a catalog table's, Delta's."""
+    (the given ones over the conf's), its dead-letter queue checked. Returns its location: a
+    path queue's is its path, as :func:`queue_location` gives it to every process; a catalog
+    table's, Delta's."""
     if wanted is None:
         raise QueueNotFoundError(ref.name, "it does not exist yet, and a schema is needed to create it")
-    queue_settings(ref.name, given, properties)  # every bad value fails before any write
+    settings = queue_settings(ref.name, given, properties)  # every bad value fails before any write
+    check_dead_letter_queue(settings, Origin(ref.name, ref.path, wanted, ref.table), locate, storage)
     created = {"delta.enableChangeDataFeed": "true", QUEUE_NAME: ref.name, **({HOME_PROPERTY: home} if home else {}),
                **_queue_properties(given), **properties}
     spark.sql(f"CREATE TABLE IF NOT EXISTS {ref.sql} ({wanted.toDDL()}) USING delta "
@@ -194,6 +203,19 @@ def _state_location(given: str | None, conf: Mapping[str, str], name: str) -> Ca
         return posixpath.join(location, "_flow")
 
     return at
+
+
+def _locator(spark: SparkSession, storage: Mapping[str, str]) -> Locate:
+    """Where a ``deadLetterQueue`` value is, as this session sees it: a path as it is, a catalog
+    name where the catalog has its table (None: not made yet)."""
+    def locate(value: str) -> str | None:
+        ref = queue_ref(value)
+        if ref.path is not None:
+            return ref.path
+        detail = _detail(spark, ref, storage)
+        return normalize_path(detail["location"]) if detail is not None else None
+
+    return locate
 
 
 def _columns_of(schema: StructType | str | None) -> StructType | None:

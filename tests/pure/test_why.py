@@ -31,6 +31,22 @@ def test_a_three_queue_chain_is_followed_to_the_stage_whose_consumer_is_not_back
     assert edges(look(home)) == [("events", "default", "enriched", True), ("ingest", "default", "events", True)]
 
 
+def test_the_root_cause_says_when_its_consumer_last_acknowledged_or_that_it_never_did(tmp_path: Path) -> None:
+    """A subscription's row records its creation as its ``acked_at`` too: that is no
+    acknowledgement."""
+    home = str(tmp_path / "home")
+    [queue] = chain(home, ["enriched"])
+    [stage] = explain(look(home), "enriched")
+    assert stage.causes[0].endswith(", never acknowledged"), stage.causes[0]
+    first = queue.refresh()
+    enqueue(queue, 8)
+    queue.acknowledge("default", first)
+    acked = queue.subscriptions.get("default").acked_at
+    assert look_as_a_producer(queue).held and acked is not None
+    [stage] = explain(look(home), "enriched")
+    assert stage.causes[0].endswith(f", last acknowledgement at {acked:%H:%M:%S} UTC"), stage.causes[0]
+
+
 def test_the_cause_moves_when_the_root_stage_drains(tmp_path: Path) -> None:
     """Once the last stage's consumer catches up, the middle stage's consumer is no longer
     backpressured: it is the root cause now."""
