@@ -57,6 +57,7 @@ def _parser() -> argparse.ArgumentParser:
                "  spark-flow why events                     # the stage that holds its producers\n"
                "  spark-flow serve --port 9108              # Prometheus /metrics and the console at /\n"
                "  spark-flow doctor events                  # this deployment checked as spark-flow uses it\n"
+               "  spark-flow doctor --master yarn --conf spark.pyspark.python=/opt/venv/bin/python\n"
                "  spark-flow --home s3a://bucket/flow --properties-file conf/object-storage.conf status")
     parser.add_argument("--home", default=os.environ.get(HOME_ENV),
                         help=f"the control plane's location ({HOME_CONF}); default ${HOME_ENV}")
@@ -123,6 +124,10 @@ def _parser() -> argparse.ArgumentParser:
     doctor = commands.add_parser("doctor", help="check this deployment as spark-flow uses it (starts Spark): "
                                                 "versions, jars, storage from the driver and the executors, the home")
     doctor.add_argument("queues", nargs="*", metavar="QUEUE", help="queues to read too (a registered name or a path)")
+    doctor.add_argument("--master", help="the cluster manager, as spark-submit's --master (yarn, spark://host:7077, "
+                                         "local[2]); wins over the properties file's spark.master")
+    doctor.add_argument("--conf", dest="spark_conf", action="append", default=[], metavar="KEY=VALUE",
+                        help="a Spark setting, as spark-submit's --conf (repeatable; wins over the properties file)")
 
     plot = commands.add_parser("plot", help="PNG of depth against the thresholds over time, stopped intervals shaded")
     plot.add_argument("queue")
@@ -158,7 +163,8 @@ def _main(argv: Sequence[str] | None) -> int:
             raise ConfigurationError("--home", None, f"the control plane's location, or set ${HOME_ENV}")
         conf = {**read_properties(args.properties_file), **as_conf(_pairs(args.storage, secret=True))}
         if args.command == "doctor":
-            return _doctor(args.home, args.queues, conf)
+            given = {**_pairs(args.spark_conf, secret=True), **({"spark.master": args.master} if args.master else {})}
+            return _doctor(args.home, args.queues, {**conf, **given})
         _run(FlowAdmin(args.home, storage_options(conf)), args, conf)
     except StorageAccessError as error:
         print(f"spark-flow {args.command}: error: {error}", file=sys.stderr)

@@ -10,8 +10,9 @@ The queue's Delta log goes first: from then on every process's next look at the 
 removes what it wrote (:class:`~spark_flow.store.tables.Owner`). Then the table's other files, the
 state location, the registration and the queue's status rows.
 
-Files are removed with pyarrow's file systems, reached with deltalake's storage options
-(:func:`~spark_flow.store.access.remove_location`): no SparkSession. So a catalog table is refused:
+Files are removed with pyarrow's file systems, and on HDFS with ``hdfs-native``'s client (no
+JVM), reached with deltalake's storage options (:func:`~spark_flow.store.access.remove_location`):
+no SparkSession. So a catalog table is refused:
 only Spark can drop its catalog entry (``DROP TABLE``; the queue's producers and consumers end at
 their next look), and deleting the queue afterwards removes its state and registration. A queue
 whose table is gone already (dropped, its directory removed) is deleted the same way: what is

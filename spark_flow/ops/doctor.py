@@ -27,7 +27,7 @@ from spark_flow.records.home import control_path
 from spark_flow.rules.names import queue_ref
 from spark_flow.spark.declare import queue_location
 from spark_flow.spark.session import session_storage_options
-from spark_flow.store.access import remove_location
+from spark_flow.store.access import namenode_error, remove_location
 from spark_flow.store.table import write_and_read as probe_table
 
 if TYPE_CHECKING:
@@ -98,6 +98,13 @@ def versions(spark: SparkSession) -> str:
     return seen
 
 
+def _engine_fix(location: str, error: BaseException) -> str:
+    """What to do when Spark could not write Delta at ``location``: the namenode an ``hdfs://``
+    URL names, when it did not answer; else :func:`_jar_fix`."""
+    namenode = namenode_error(location, str(error))
+    return f"{namenode.missing}: {namenode.fix}" if namenode else _jar_fix(error)
+
+
 def _jar_fix(error: BaseException) -> str:
     text = _said(error)
     for names, jar in _MISSING_JARS:
@@ -137,30 +144,43 @@ def _executor_probe(location: str, options: dict[str, str]) -> Callable[[Iterato
 
 def run_checks(spark: SparkSession, home: str, queues: Sequence[str] = ()) -> Iterator[Check]:
     """Every check, in order, against ``home`` (probe tables go under its ``_spark_flow/doctor``
-    and are removed), then each of ``queues`` (a registered name or a path)."""
+    and are removed, whatever ends the run), then each of ``queues`` (a registered name or a path)."""
     options = session_storage_options(spark)
     probe = control_path(home, f"doctor/{uuid.uuid4().hex[:12]}")
-    yield _check("versions", lambda: versions(spark), lambda e: "install the PySpark of the engine's Spark version "
-                 "(pip install 'pyspark[connect]==<Spark's version>') and delta-spark built for it")
+    writes: list[Check] = []  # the checks that write a probe table: none passed, nothing to remove
+    try:
+        yield _check("versions", lambda: versions(spark), lambda e: "install the PySpark of the engine's Spark "
+                     "version (pip install 'pyspark[connect]==<Spark's version>') and delta-spark built for it")
+        for check in _probes(spark, probe, options):
+            writes.append(check)
+            yield check
+        reached = next(check for check in writes if check.name == "driver's deltalake")
+        if reached.ok:
+            admin = FlowAdmin(home, options)
+            yield _check("home", lambda: _home(admin), lambda e: "declare a queue with spark.flow.home set, or check "
+                         "the home")
+            for queue in queues:
+                yield _check(f"queue {queue}", lambda q=queue: _queue(spark, admin, q),  # type: ignore[misc]
+                             lambda e: "declare it (spark-flow declare), or name a registered queue or a queue's path")
+        else:
+            yield Check("home", False, "not read: the driver's deltalake cannot reach it", "fix the check above first")
+    finally:
+        if any(check.ok for check in writes if check.name != "executors' Python"):
+            _remove(probe, options)
+
+
+def _probes(spark: SparkSession, probe: str, options: dict[str, str]) -> Iterator[Check]:
+    """A Delta table written under ``probe`` by Spark, by the driver's deltalake, then by an
+    executor's (after its Python's check)."""
     engine = posixpath.join(probe, "engine")
 
     def spark_delta() -> str:
         spark.range(1).write.format("delta").save(engine)
         return f"Spark wrote and read Delta at {engine} ({spark.read.format('delta').load(engine).count()} row)"
-    yield _check("Spark's Delta and storage jars", spark_delta, _jar_fix)
+    yield _check("Spark's Delta and storage jars", spark_delta, lambda e: _engine_fix(engine, e))
     driver = posixpath.join(probe, "driver")
-    reached = _check("driver's deltalake", lambda: write_and_read(driver, options), _storage_fix)
-    yield reached
+    yield _check("driver's deltalake", lambda: write_and_read(driver, options), _storage_fix)
     yield from _executors(spark, posixpath.join(probe, "executor"), options)
-    if reached.ok:
-        admin = FlowAdmin(home, options)
-        yield _check("home", lambda: _home(admin), lambda e: "declare a queue with spark.flow.home set, or check the home")
-        for queue in queues:
-            yield _check(f"queue {queue}", lambda q=queue: _queue(spark, admin, q),  # type: ignore[misc]
-                         lambda e: "declare it (spark-flow declare), or name a registered queue or a queue's path")
-    else:
-        yield Check("home", False, "not read: the driver's deltalake cannot reach it", "fix the check above first")
-    _remove(probe, options)
 
 
 def _executors(spark: SparkSession, location: str, options: dict[str, str]) -> Iterator[Check]:
@@ -170,15 +190,24 @@ def _executors(spark: SparkSession, location: str, options: dict[str, str]) -> I
     try:
         [row] = spark.range(1, numPartitions=1).mapInArrow(_executor_probe(location, options), schema).collect()
     except Exception as error:
-        text = _said(error)
-        missing = "No module named 'spark_flow'" in text or "No module named 'deltalake'" in text
-        fix = (f"install spark-flow (with deltalake and pyarrow) in the executors' Python ({python}; "
-               "on Databricks %pip install spark-flow or a cluster library)") if missing else "see the executors' logs"
-        yield Check("executors' Python", False, text, fix)
+        yield executors_failed(str(error), python)
         yield Check("executors' deltalake", False, "not run: no executor's Python ran spark_flow", "fix the check above first")
         return
     yield Check("executors' Python", True, f"spark_flow {row['spark_flow']} importable (Python {row['python']})")
     yield Check("executors' deltalake", bool(row["ok"]), row["detail"][:400], row["fix"])
+
+
+def executors_failed(text: str, python: str) -> Check:
+    """The executors' Python failing the probe (``text``: the whole error, Spark's and the
+    Python worker's traceback): the module it lacks, looked for in the whole text (a YARN
+    container's paths make the traceback long), and the fix; else the error itself."""
+    missing = re.findall(r"No module named '([\w.]+)'", text)
+    if not missing:
+        return Check("executors' Python", False, _said(Exception(text)), "see the executors' logs")
+    return Check("executors' Python", False, f"No module named '{missing[-1]}' in the executors' Python ({python})",
+                 "install spark-flow (with deltalake and pyarrow) in that Python on every node, or name one that has "
+                 "it with spark.pyspark.python (on YARN a path on every node; on Databricks %pip install spark-flow "
+                 "or a cluster library)")
 
 
 def _home(admin: FlowAdmin) -> str:

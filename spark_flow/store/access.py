@@ -6,9 +6,11 @@ serverless compute run Python in a sandbox). So a ``deltalake`` failure to reach
 named here (:func:`access_error`): what this process lacks and which setting gives it.
 
 deltalake has no call that removes files (a deleted queue's table and state): pyarrow's file
-systems do, reached with the same options (:func:`file_system`), on local paths, S3, ABFS and GCS.
-deltalake's own file system handler was not enough: on S3 it leaves the directory markers
-Hadoop's S3A writes (keys ending in ``/``), on a local disk the empty directories.
+systems do, reached with the same options (:func:`file_system`), on local paths, S3, ABFS and GCS;
+on HDFS the client deltalake's own HDFS store is built on, ``hdfs-native`` (Rust: no JVM, no
+``libhdfs``, which pyarrow's HDFS file system needs). deltalake's own file system handler was not
+enough: on S3 it leaves the directory markers Hadoop's S3A writes (keys ending in ``/``), on a
+local disk the empty directories.
 """
 
 from __future__ import annotations
@@ -30,6 +32,12 @@ from spark_flow.rules.storage_options import STORAGE_PREFIX
 #: How many looks a removal takes at most: a marker blob, then its directory, which a writer may
 #: change under the walk.
 _WALKS = 10
+#: Where :func:`remove_location` removes files.
+REMOVABLE = "a local path, s3:// (s3a://), abfs:// (abfss://), az://, gs:// or hdfs://"
+#: How often hdfs-native's client tries a namenode that does not answer (it sleeps 0.5 s, 1 s,
+#: 2 s ... between tries; its own default, 15 tries, waits 3 minutes): deltalake's HDFS store
+#: fails at once, and so does what it reached a moment ago. An hdfs storage option wins.
+_NAMENODE_TRIES = {"dfs.client.failover.max.attempts": "2"}
 
 
 def _option(options: Mapping[str, str], *names: str) -> str | None:
@@ -123,8 +131,48 @@ def file_system(location: str, options: Mapping[str, str]) -> tuple[Any, str]:
         return _azure_file_system(account, options), posixpath.join(container, path).rstrip("/")
     if scheme.lower() == "gs":
         return _gcs_file_system(options), rest
-    raise ConfigurationError("location", location, "a local path, s3:// (s3a://), abfs:// (abfss://), az:// or gs://: "
-                             "removing files elsewhere (hdfs://) is not supported here")
+    raise ConfigurationError("location", location, f"a location on storage spark-flow removes files from: {REMOVABLE}")
+
+
+def _is_hdfs(location: str) -> bool:
+    return location.partition("://")[0].lower() == "hdfs" and "://" in location
+
+
+def _hdfs_client(location: str, options: Mapping[str, str]) -> tuple[Any, str]:
+    """hdfs-native's client for the namenode an ``hdfs://`` location names (none: the default
+    file system of ``HADOOP_CONF_DIR``'s core-site.xml), with deltalake's storage ``options`` as
+    its Hadoop settings, as deltalake's HDFS store takes them; and the location's path."""
+    from hdfs_native import Client
+
+    authority, _, path = location.partition("://")[2].partition("/")
+    client = Client(f"hdfs://{authority}" if authority else None, config={**_NAMENODE_TRIES, **options})
+    return client, "/" + path.rstrip("/")
+
+
+@contextmanager
+def _hdfs_errors(location: str) -> Iterator[None]:
+    """hdfs-native's errors as the ``OSError`` a storage failure is everywhere else: the namenode's
+    refusals (a Java exception's class and message: permissions, safe mode) come as RuntimeError."""
+    try:
+        yield
+    except RuntimeError as error:
+        raise OSError(f"HDFS refused an operation at {location}: {error}") from None
+
+
+def location_exists(location: str, options: Mapping[str, str]) -> bool:
+    """Whether anything is at ``location``: a file, or a directory (holding files or not)."""
+    from pyarrow.fs import FileType
+
+    if _is_hdfs(location):
+        client, path = _hdfs_client(location, options)
+        try:
+            with _hdfs_errors(location):
+                client.get_file_info(path)
+        except FileNotFoundError:
+            return False
+        return True
+    files, path = file_system(location, options)
+    return bool(files.get_file_info(path).type != FileType.NotFound)
 
 
 def remove_location(location: str, options: Mapping[str, str]) -> None:
@@ -135,9 +183,15 @@ def remove_location(location: str, options: Mapping[str, str]) -> None:
     objects, then its marker object (``<path>/``), and fails if there was none (deltalake writes
     none): the directory is gone all the same. A writer at work in the directory (a producer's
     write job: Hadoop's committer makes and removes its ``_temporary`` folder) removes or adds
-    entries under the walk: the walk starts again, a few times, while the directory is there."""
+    entries under the walk: the walk starts again, a few times, while the directory is there.
+    On HDFS a directory goes in one namenode operation."""
     from pyarrow.fs import FileType
 
+    if _is_hdfs(location):
+        client, path = _hdfs_client(location, options)
+        with _hdfs_errors(location):
+            client.delete(path, recursive=True)  # False, not an error, when nothing is there
+        return
     files, path = file_system(location, options)
     for walk in range(1, _WALKS + 1):
         kind = files.get_file_info(path).type
@@ -195,8 +249,10 @@ _UNREACHABLE = re.compile(r"Connection refused|tcp connect error|dns error|error
 
 def access_error(location: str, options: Mapping[str, str], error: BaseException) -> StorageAccessError | None:
     """What a ``deltalake`` failure at ``location`` says this process lacks (credentials, the
-    right ones, a reachable endpoint), as a :class:`StorageAccessError` naming the settings that
-    give it; None when it is none of these (a local path, another failure)."""
+    right ones, a reachable endpoint or namenode), as a :class:`StorageAccessError` naming the
+    settings that give it; None when it is none of these (a local path, another failure)."""
+    if _is_hdfs(location):
+        return namenode_error(location, one_line(error))
     kind = _SCHEMES.get(location.partition("://")[0].lower()) if "://" in location else None
     if kind is None:
         return None
@@ -219,6 +275,21 @@ def access_error(location: str, options: Mapping[str, str], error: BaseException
         return StorageAccessError(location, f"deltalake cannot connect to {endpoint}",
                                   f"check {setting}, and that this machine reaches it")
     return None
+
+
+def namenode_error(location: str, text: str) -> StorageAccessError | None:
+    """An ``hdfs://`` location whose namenode did not answer (``text``: the failure, any
+    client's): the namenode is the URL's, not a setting's, so the error names the address
+    tried and where it comes from; None for another failure."""
+    if not _UNREACHABLE.search(text) and "ConnectException" not in text and "UnknownHost" not in text:
+        return None
+    authority = location.partition("://")[2].split("/", 1)[0]
+    tried = (f"the namenode at {authority} (the location's hdfs:// URL names it)" if authority
+             else "the namenode of fs.defaultFS (core-site.xml in HADOOP_CONF_DIR)")
+    return StorageAccessError(location, f"cannot connect to {tried}",
+                              "check the namenode's host and RPC port in the hdfs:// URLs (spark.flow.home, the "
+                              "queues' paths: the cluster's fs.defaultFS, often port 8020), and that this machine "
+                              "reaches it")
 
 
 @contextmanager

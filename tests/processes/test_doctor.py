@@ -1,7 +1,8 @@
 """``spark-flow doctor`` on a good deployment (the line of docs/deployment.md, its output as the page
 shows it) and on each broken one the suite can make: an engine without the S3 jars, a wrong endpoint,
 executors without credentials (the governed server, its client holding keys the server's
-Python workers lack). Each failing line names what to do; the exit status is 1."""
+Python workers lack), an ``hdfs://`` home whose namenode does not answer. Each failing line names
+what to do; the exit status is 1. Executors whose Python lacks spark_flow: tests/processes/test_yarn.py."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from support.stores import s3_conf
 
 from spark_flow.ops.doctor import Check, run_checks
 from spark_flow.rules.storage_options import storage_options
+from spark_flow.spark.session import with_conf
 from spark_flow.store.access import file_system
 
 pytestmark = pytest.mark.processes
@@ -94,6 +96,21 @@ def test_doctor_names_what_to_do(spark: SparkSession, on_s3: dict[str, str], tmp
         assert checks[name].fix == ("check spark.hadoop.fs.s3a.endpoint (or spark.flow.storage.aws_endpoint_url), "
                                     "and that this machine reaches it")
     assert not checks["home"].ok and "queue events" not in checks
+
+
+def test_doctor_names_the_namenode_it_tried(spark: SparkSession) -> None:
+    """An ``hdfs://`` home on a port no namenode listens on: Spark's line and both deltalake lines
+    name the address tried and that the URL gave it, not storage settings (which do not set
+    it on hdfs://); nothing was written, so nothing is left to remove."""
+    address = f"127.0.0.1:{free_port()}"
+    with with_conf(spark, {"ipc.client.connect.max.retries": "0"}):  # Hadoop's client tries once, not for 10 s
+        checks = {check.name: check for check in run_checks(spark, f"hdfs://{address}/flow/home")}
+    print("\n".join(check.line() for check in checks.values()))
+    for name in ("Spark's Delta and storage jars", "driver's deltalake", "executors' deltalake"):
+        line = checks[name].line()
+        assert line.startswith("FAIL") and f"the namenode at {address} (the location's hdfs:// URL names it)" in line
+        assert "spark.flow.storage" not in checks[name].fix and "spark.hadoop.fs" not in checks[name].fix
+    assert checks["versions"].ok and checks["executors' Python"].ok and not checks["home"].ok
 
 
 def test_doctor_on_governed_compute_executors_without_credentials(governed_connect: Governed) -> None:

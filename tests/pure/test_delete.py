@@ -45,9 +45,12 @@ def test_controller_and_listener_stop_looking_at_a_gone_queue(tmp_path: Path, ca
 
 
 def test_removing_files_elsewhere_is_refused_naming_the_schemes() -> None:
-    with pytest.raises(ConfigurationError, match=r"location='hdfs://nn/queues/events' is not valid: allowed is a "
-                                                 r"local path, s3:// \(s3a://\), abfs:// \(abfss://\), az:// or gs://"):
-        remove_location("hdfs://nn/queues/events", {})
+    """A storage deltalake reaches but spark-flow removes no files from (lakeFS's): refused, naming
+    where it does, hdfs:// with them (hdfs-native's client, no JVM)."""
+    with pytest.raises(ConfigurationError, match=r"location='lakefs://repo/main/queues/events' is not valid: allowed is "
+                                                 r"a location on storage spark-flow removes files from: a local path, "
+                                                 r"s3:// \(s3a://\), abfs:// \(abfss://\), az://, gs:// or hdfs://"):
+        remove_location("lakefs://repo/main/queues/events", {})
 
 
 def test_a_directory_is_removed_while_a_writer_adds_and_removes_files_in_it(tmp_path: Path) -> None:
