@@ -19,7 +19,8 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -37,10 +38,17 @@ if TYPE_CHECKING:
 EXIT_USAGE = 2
 #: Exit status of a job that failed while running (a query failed, a queue refused a batch).
 EXIT_FAILED = 1
-#: Exit status of a job ended by a second Ctrl-C, before its query stopped (128 + SIGINT).
+#: Exit status of a job ended by Ctrl-C before its query started, or by a second one before its
+#: query stopped (128 + SIGINT).
 EXIT_INTERRUPTED = 130
 #: Set by Ctrl-C: the run loop stops the query between two waits.
 INTERRUPTED = threading.Event()
+#: Set by a Ctrl-C while the job starts (:func:`starting`): what the start waited for was cancelled.
+CUT_START = threading.Event()
+#: How often a Ctrl-C'd start cancels the Spark jobs it waits for, until it ends.
+_CANCEL_EVERY = 0.5
+_starting: list[None] = []  # one entry per open starting() block
+_session: list[SparkSession] = []  # the job's session, once it is up
 #: The repository: the jobs' folder's parent, where conf/ is.
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -138,7 +146,11 @@ def start_session(app_name: str, verbose: bool, check: Callable[[dict[str, str]]
     logging.getLogger("spark_flow").setLevel(logging.INFO if verbose else logging.WARNING)
     # A query stopped while its batch is held reports the interrupted callback; that is expected.
     logging.getLogger("py4j").setLevel(logging.CRITICAL)
-    spark = get_spark({"spark.app.name": app_name})
+    stop_on_ctrl_c()  # from here: a session that waits for its cluster ends on Ctrl-C too
+    with starting():
+        spark = get_spark({"spark.app.name": app_name})
+        _session.append(spark)
+    stop_on_ctrl_c()  # again: the SparkContext's start put PySpark's handler and a JVM one of its own over it
     if is_connect(spark):
         # The jobs' foreachBatch functions run on the server, where this folder is not importable.
         from pyspark import cloudpickle
@@ -147,8 +159,40 @@ def start_session(app_name: str, verbose: bool, check: Callable[[dict[str, str]]
     else:  # a Connect server's log is the server's
         spark.sparkContext.setLogLevel("ERROR")
     check(session_flow_conf(spark))
-    stop_on_ctrl_c()
     return spark
+
+
+@contextmanager
+def starting() -> Iterator[None]:
+    """A job's start (its session, its queues, its query's plan; blocks nest): a Ctrl-C in it
+    cancels the Spark jobs the start waits for, again and again until the block ends (a first
+    executor that never comes: a cluster with no room), and the job ends with one line
+    (:func:`main_guard`); a Ctrl-C before the session is up ends the job at once, nothing
+    written. Ends with :class:`JobError` when a Ctrl-C came in it: the query is not started."""
+    _starting.append(None)
+    try:
+        yield
+    finally:
+        _starting.pop()
+    if CUT_START.is_set():
+        raise JobError("interrupted before the query started", EXIT_INTERRUPTED)
+
+
+def _cancel_start() -> None:
+    """Run on a thread of its own by a Ctrl-C in :func:`starting` (the main thread may wait in a
+    call to Spark, and a signal handler's call to the JVM would share that thread's connection):
+    cancel what the start waits for while it lasts."""
+    while _starting:
+        if not _session:  # the session is still starting (its application waits for the cluster)
+            emit("interrupted before the session started")
+            os._exit(EXIT_INTERRUPTED)
+        spark = _session[0]
+        with suppress(Exception):  # a session stopping meanwhile: nothing left to cancel
+            if is_connect(spark):
+                spark.interruptAll()
+            else:
+                spark.sparkContext.cancelAllJobs()
+        time.sleep(_CANCEL_EVERY)
 
 
 def stop_on_ctrl_c() -> None:
@@ -160,21 +204,29 @@ def stop_on_ctrl_c() -> None:
     spark-submit's JVM (the driver, or a Connect client's launcher), which gets the same Ctrl-C,
     stops the application under the query, or ends and takes the job's output with it. So that
     JVM ignores Ctrl-C, as PySpark has the JVM it starts itself do, and the signal only asks the
-    run loop to stop.
+    run loop to stop; while the job starts (:func:`starting`), it cancels what the start waits for.
     """
+    _jvm_ignores_ctrl_c()
+
+    def interrupted(signum: int, frame: object) -> None:
+        if INTERRUPTED.is_set():
+            os._exit(EXIT_INTERRUPTED)
+        INTERRUPTED.set()
+        if _starting:
+            CUT_START.set()
+            threading.Thread(target=_cancel_start, name="cancel-start", daemon=True).start()
+
+    signal.signal(signal.SIGINT, interrupted)
+
+
+def _jvm_ignores_ctrl_c() -> None:
+    """Have spark-submit's JVM ignore Ctrl-C (see :func:`stop_on_ctrl_c`)."""
     if os.environ.get("PYSPARK_GATEWAY_PORT"):  # started by spark-submit's JVM
         from pyspark import SparkContext
 
         SparkContext._ensure_initialized()  # its gateway (a Connect client's too)
         jvm = SparkContext._jvm
         jvm.sun.misc.Signal.handle(jvm.sun.misc.Signal("INT"), jvm.sun.misc.SignalHandler.SIG_IGN)
-
-    def interrupted(signum: int, frame: object) -> None:
-        if INTERRUPTED.is_set():
-            os._exit(EXIT_INTERRUPTED)
-        INTERRUPTED.set()
-
-    signal.signal(signal.SIGINT, interrupted)
 
 
 def local_conf(cores: int = 2) -> dict[str, str]:
@@ -364,24 +416,34 @@ def main_guard(main: Callable[[Sequence[str] | None], None], argv: Sequence[str]
     """Run a job's main; errors become one line on stderr and a non-zero exit status.
 
     ``ConfigurationError`` (a bad ``spark.flow.*`` conf, found before any data moves) exits 2,
-    as argparse does for a bad option; other failures exit 1.
+    as argparse does for a bad option; other failures exit 1; a start ended by Ctrl-C (whatever
+    the cancelled wait raised) says so and exits 130.
     """
     try:
         main(argv)
-    except ConfigurationError as error:
+    except Exception as error:
+        if CUT_START.is_set():
+            emit("interrupted before the query started")
+            exit_process(EXIT_INTERRUPTED)
+        _fail(error)
+    exit_process(0)
+
+
+def _fail(error: Exception) -> NoReturn:
+    """End a job that failed: one line on stderr (an unexpected error's traceback before it:
+    the process must end, see exit_process)."""
+    if isinstance(error, ConfigurationError):
         print(f"error: {error}", file=sys.stderr, flush=True)
         exit_process(EXIT_USAGE)
-    except SparkFlowError as error:
+    if isinstance(error, SparkFlowError):
         print(f"error: {type(error).__name__}: {error}", file=sys.stderr, flush=True)
         exit_process(EXIT_FAILED)
-    except JobError as error:
+    if isinstance(error, JobError):
         print(f"error: {error}", file=sys.stderr, flush=True)
         exit_process(error.status)
-    except Exception as error:  # unexpected: its traceback, then the line (the process must end: see exit_process)
-        traceback.print_exc()
-        print(f"error: {describe(error)}", file=sys.stderr, flush=True)
-        exit_process(EXIT_FAILED)
-    exit_process(0)
+    traceback.print_exception(error)
+    print(f"error: {describe(error)}", file=sys.stderr, flush=True)
+    exit_process(EXIT_FAILED)
 
 
 def job_command(job: str, *args: str, conf: Mapping[str, str] | None = None, cores: int = 1,

@@ -8,12 +8,15 @@ before it is written), to watch a faster producer be held and resumed. Each micr
 one progress line on stdout:
 
   12:00:09 consumer=default queue=events batch=7 consumed=50 depth=420 depthBytes=42000
-           flowStopped=true flowStoppedCount=1 lag=6.3s
+           flowStopped=true flowStoppedCount=1 expired=0 deadLettered=0 redelivered=0 lag=6.3s
 
-(one line, printed when the batch completes, from the query's progress; depth is what remains
-for the subscription after this batch; flowStopped is the subscription's flow state as the
-producers' gates last recorded it; lag is how long ago the newest message of the batch was
-enqueued).
+(one line, printed when the batch completes, from the query's progress; consumed counts each
+message of the batch once; depth is what remains for the subscription after this batch;
+flowStopped is the subscription's flow state as the producers' gates last recorded it; expired
+and deadLettered count the subscription's messages expired and moved to the dead-letter queue
+so far; redelivered, the deliveries after the first of a batch delivered again in parts to
+find a message it fails on (the queue's maxDeliveries); lag is how long ago the newest message
+of the batch was enqueued).
 
 examples:
   # drain /data/queues/events into /data/out/events, 50 messages a second at most
@@ -50,6 +53,7 @@ from _common import (
     positive_size,
     run_query,
     start_session,
+    starting,
 )
 
 from spark_flow import DeadLetters, FlowProgress, Queue, open_queue, read_queue
@@ -101,23 +105,24 @@ def progress_line(queue: Queue) -> Callable[[FlowProgress], str]:
         return (f"consumer={flow.subscription} queue={flow.queue} batch={flow.batch_id} consumed={flow.count} "
                 f"depth={flow.depth_count} depthBytes={flow.depth_size} flowStopped={fmt_bool(flow.flow_stopped)} "
                 f"flowStoppedCount={flow.flow_stopped_count} expired={flow.expired_count} "
-                f"deadLettered={flow.dead_lettered_count} lag={max(lag, 0.0):.1f}s")
+                f"deadLettered={flow.dead_lettered_count} redelivered={flow.redelivered} lag={max(lag, 0.0):.1f}s")
     return line
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
-    spark = start_session(f"spark-flow-consumer-{args.subscription}", args.verbose,  # a bad spark.flow.* conf fails here
-                          check=check_conf)
-    queue = open_queue(queue_location(spark, args.queue), session_storage_options(spark))
-    queue.settings()  # the queue's recorded settings must hold
+    with starting():  # a Ctrl-C before the query starts (a cluster with no room for it) ends the job
+        spark = start_session(f"spark-flow-consumer-{args.subscription}", args.verbose,  # a bad spark.flow.* conf fails here
+                              check=check_conf)
+        queue = open_queue(queue_location(spark, args.queue), session_storage_options(spark))
+        queue.settings()  # the queue's recorded settings must hold
 
-    options: dict[str, object] = {"startingPosition": args.starting_position}
-    given = {"maxRecordsPerTrigger": args.max_records_per_trigger, "maxBytesPerTrigger": args.max_bytes_per_trigger,
-             "minRecordsPerTrigger": args.min_records_per_trigger,
-             "maxTriggerDelay": None if args.max_trigger_delay is None else f"{args.max_trigger_delay * 1000:g}ms"}
-    options.update({key: value for key, value in given.items() if value is not None})
-    messages = read_queue(spark, args.queue, args.subscription, **options)
+        options: dict[str, object] = {"startingPosition": args.starting_position}
+        given = {"maxRecordsPerTrigger": args.max_records_per_trigger, "maxBytesPerTrigger": args.max_bytes_per_trigger,
+                 "minRecordsPerTrigger": args.min_records_per_trigger,
+                 "maxTriggerDelay": None if args.max_trigger_delay is None else f"{args.max_trigger_delay * 1000:g}ms"}
+        options.update({key: value for key, value in given.items() if value is not None})
+        messages = read_queue(spark, args.queue, args.subscription, **options)
     checkpoint = args.checkpoint or posixpath.join(queue.state_location, "checkpoints", f"consumer-{args.subscription}")
     name = f"consumer_{args.subscription}"
     # The slower of the two throttles: max(rows x delay, rows / rate) = rows x max(delay, 1 / rate).

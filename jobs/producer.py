@@ -58,6 +58,7 @@ from _common import (
     run_query,
     size,
     start_session,
+    starting,
 )
 
 from spark_flow import (
@@ -225,27 +226,28 @@ def main(argv: Sequence[str] | None = None) -> None:
     flags = (("capacity", args.capacity), ("onFull", args.on_full), ("msgPublishRate", args.msg_publish_rate),
              ("bytePublishRate", args.byte_publish_rate))
     options = {key: value for key, value in flags if value is not None}
-    spark = start_session(f"spark-flow-producer-{args.name}", args.verbose,  # a bad spark.flow.* conf fails here
-                          check=lambda conf: (check_conf(conf), producer_settings(queue_name(args.queue), options, conf)))
-    conf = session_flow_conf(spark)
+    with starting():  # a Ctrl-C before the query starts (a cluster with no room for it) ends the job
+        spark = start_session(f"spark-flow-producer-{args.name}", args.verbose,  # a bad spark.flow.* conf fails here
+                              check=lambda conf: (check_conf(conf), producer_settings(queue_name(args.queue), options, conf)))
+        conf = session_flow_conf(spark)
 
-    try:
-        queue = open_queue(queue_location(spark, args.queue), session_storage_options(spark))
-        created = False
-    except QueueNotFoundError:
-        queue = declare(spark, args.queue, declared_schema(spark, args))
-        created = True
-    settings = record_queue_conf(queue, conf)  # the conf's queue settings, where the queue has none recorded
-    producer = producer_settings(queue.name, options, conf)
-    schema = spark.read.format("delta").load(queue.path).schema
+        try:
+            queue = open_queue(queue_location(spark, args.queue), session_storage_options(spark))
+            created = False
+        except QueueNotFoundError:
+            queue = declare(spark, args.queue, declared_schema(spark, args))
+            created = True
+        settings = record_queue_conf(queue, conf)  # the conf's queue settings, where the queue has none recorded
+        producer = producer_settings(queue.name, options, conf)
+        schema = spark.read.format("delta").load(queue.path).schema
 
-    if args.source == "rate":
-        messages = rate_messages(spark, args.name, args.rate, args.message_size)
-    elif args.source == "files":
-        messages = file_messages(spark, args, schema)
-    else:
-        messages = queue_messages(spark, args)
-    conform(messages, schema, queue.name)  # a schema mismatch fails here, before the query starts
+        if args.source == "rate":
+            messages = rate_messages(spark, args.name, args.rate, args.message_size)
+        elif args.source == "files":
+            messages = file_messages(spark, args, schema)
+        else:
+            messages = queue_messages(spark, args)
+        conform(messages, schema, queue.name)  # a schema mismatch fails here, before the query starts
 
     checkpoint = args.checkpoint or posixpath.join(queue.state_location, "checkpoints", f"producer-{args.name}")
     name = f"producer_{args.name}"

@@ -30,10 +30,14 @@ More dead letters in one batch than ``maxDeadLettersPerBatch`` fail the batch in
 
 from __future__ import annotations
 
+import functools
 import json
+import logging
 import re
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -49,7 +53,7 @@ from spark_flow.flow.queue import Queue, open_queue
 from spark_flow.records.subscriptions import DEFAULT_SUBSCRIPTION
 from spark_flow.spark.batch import TXN_SPAN, message_size, order_key, unpersist
 from spark_flow.spark.declare import declare, queue_location
-from spark_flow.spark.session import session_storage_options, still_active, streaming_query
+from spark_flow.spark.session import is_connect, session_storage_options, still_active, streaming_query
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -60,6 +64,14 @@ if TYPE_CHECKING:
 #: ``spark.flow.*`` conf says: no flow control, and nothing of it ever discarded or expired.
 _DEAD_LETTER_QUEUE_SETTINGS = {"producerFlowControl": "false", "policy": "flow", "maxCount": "0", "maxSize": "0",
                                "messageTtl": "0", "maxDeliveries": "0"}
+
+log = logging.getLogger("spark_flow.spark.dead_letters")
+
+#: The log4j context key (and value) of Spark's log entries of a call whose failure dead letters
+#: handle: conf/log4j2.properties drops them (the failure is spark-flow's one WARNING line).
+QUIET_KEY, QUIET_VALUE = "mdc.spark_flow.delivery", "dead-letters"
+#: Reports of batches delivered again kept in a subscription's delivery, after they are over.
+_RECENT = 8
 
 _ROW = "__spark_flow_row"
 _IN_COMMIT = "__spark_flow_index"
@@ -78,7 +90,10 @@ class Delivery:
     deliveries alone of the message at ``done`` (``attempts``), the messages ``moved`` to the
     dead-letter queue; where the batch began (``start_version``, ``start_index``: the position
     the subscription had acknowledged when it was first delivered), which numbers a message
-    within its commit however the position moves on meanwhile (an expiry)."""
+    within its commit however the position moves on meanwhile (an expiry). For the batch's
+    progress report (:meth:`report`): its messages (``taken``, once the parts are done) and
+    the messages ``redelivered`` (in every call after the first); the reports of the last
+    batches delivered again are kept in ``recent`` once they are over."""
 
     extra: int = 0
     batch: int = -1
@@ -90,21 +105,58 @@ class Delivery:
     call: int = 0
     attempts: int = 0
     moved: int = 0
+    taken: int = 0
+    redelivered: int = 0
+    recent: tuple[tuple[int, int, int, int], ...] = ()  # (batch, taken, moved, redelivered), oldest first
 
     def batch_id(self, batch: int) -> int:
         """The batch id of a call of the consumer's function: increasing, unique per call."""
         return batch + self.extra + (self.call if batch == self.batch else 0)
 
     def finished(self) -> Delivery:
-        """The delivery once its batch is over: its calls beyond the first move later ids on."""
-        return Delivery(self.extra + self.call) if self.batch >= 0 else self
+        """The delivery once its batch is over: its calls beyond the first move later ids on; its
+        report is kept among the recent ones (a query's progress is told after the fact, maybe
+        once the next batch has begun)."""
+        if self.batch < 0:
+            return self
+        recent = (*self.recent, (self.batch, self.taken, self.moved, self.redelivered))[-_RECENT:]
+        return Delivery(self.extra + self.call, recent=recent)
+
+    def report(self, batch: int) -> BatchDelivery | None:
+        """What Spark's batch ``batch`` took, moved and delivered again, if it was delivered again
+        in parts and its report is still kept; None for a batch delivered once (or long ago)."""
+        if batch == self.batch and self.taken:
+            return BatchDelivery(self.taken, self.moved, self.redelivered)
+        kept = [BatchDelivery(*numbers) for number, *numbers in self.recent if number == batch]
+        return kept[-1] if kept else None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
 
     @classmethod
     def parse(cls, text: str | None) -> Delivery:
-        return cls(**json.loads(text)) if text else cls()
+        if not text:
+            return cls()
+        fields = json.loads(text)
+        recent = tuple((int(b), int(t), int(m), int(r)) for b, t, m, r in fields.pop("recent", ()))
+        return cls(**fields, recent=recent)
+
+
+@dataclass(frozen=True)
+class BatchDelivery:
+    """One batch delivered again in parts, for its progress report: its messages (``taken``,
+    each once), those ``moved`` to the dead-letter queue, and the deliveries after the first
+    (``redelivered``: a message in three failing parts counts three), which Spark's
+    ``numInputRows`` counts as input rows too."""
+
+    taken: int
+    moved: int
+    redelivered: int
+
+    @property
+    def processed(self) -> int:
+        """The messages the consumer's function processed: all but those moved."""
+        return self.taken - self.moved
 
 
 class DeadLetters:
@@ -156,7 +208,8 @@ class DeadLetters:
             text = _record(queue, self.subscription, text, recorded.finished())
             recorded = recorded.finished()
         try:
-            self.process(batch, recorded.batch_id(batch_id))
+            with quiet_failures(spark, bool(settings.max_deliveries)):
+                self.process(batch, recorded.batch_id(batch_id))
         except SparkFlowError:
             raise  # flow control's (a full queue, a queue gone): the batch's, not a message's
         except Exception as error:
@@ -189,7 +242,8 @@ class _Redelivery:
                 self.parts.append((recorded.done, count))
                 return recorded
             self.parts.append((recorded.hi, count))
-            return self._call(recorded, recorded.lo, recorded.hi)
+            again = replace(recorded, redelivered=recorded.redelivered + recorded.hi - recorded.lo)
+            return self._call(again, recorded.lo, recorded.hi)
 
         self._run(start)
 
@@ -203,15 +257,17 @@ class _Redelivery:
             while self.parts:
                 lo, hi = self.parts.pop()
                 if hi > lo:
-                    delivery = self._call(self._record(replace(delivery, lo=lo, hi=hi, call=delivery.call + 1)), lo, hi)
-            self._record(replace(delivery, done=count, lo=0, hi=0, attempts=0))
+                    delivery = self._call(self._record(replace(delivery, lo=lo, hi=hi, call=delivery.call + 1,
+                                                               redelivered=delivery.redelivered + hi - lo)), lo, hi)
+            self._record(replace(delivery, done=count, lo=0, hi=0, attempts=0, taken=count))
         finally:
             unpersist(self.numbered)
 
     def _call(self, delivery: Delivery, lo: int, hi: int) -> Delivery:
         """Deliver messages ``lo..hi`` (recorded as in flight) to the consumer's function."""
         try:
-            self.owner.process(_part(self.numbered, lo, hi), delivery.batch_id(delivery.batch))
+            with quiet_failures(self.spark):
+                self.owner.process(_part(self.numbered, lo, hi), delivery.batch_id(delivery.batch))
         except SparkFlowError:
             raise
         except Exception as error:
@@ -222,17 +278,43 @@ class _Redelivery:
 
     def _failed(self, delivery: Delivery, lo: int, hi: int, error: Exception) -> Delivery:
         """A part failed: its halves are delivered next; a message alone, again, until it has
-        failed ``maxDeliveries`` times; then it is moved."""
+        failed ``maxDeliveries`` times; then it is moved. Each failure is one WARNING line."""
         if hi <= lo:  # nothing to blame: the function fails on no message at all
             raise error
+        cause = _root_cause(error)
         if hi - lo > 1:
+            self._warn(delivery, lo, hi, cause, "delivering its halves")
             self.parts += [(lo + (hi - lo) // 2, hi), (lo, lo + (hi - lo) // 2)]
             return delivery
         if delivery.attempts + 1 < self.settings.max_deliveries:
+            self._warn(delivery, lo, hi, cause, f"delivering it again (delivery {delivery.attempts + 1} of "
+                                                f"maxDeliveries {self.settings.max_deliveries})")
             self.parts.append((lo, hi))
             time.sleep(min(0.1 * 2 ** delivery.attempts, 1.0))  # a transient failure may pass
             return replace(delivery, attempts=delivery.attempts + 1)
-        return self._move(delivery, lo, _root_cause(error))
+        self._warn(delivery, lo, hi, cause, f"moving it to the dead-letter queue (maxDeliveries "
+                                            f"{self.settings.max_deliveries})")
+        return self._move(delivery, lo, cause)
+
+    def _warn(self, delivery: Delivery, lo: int, hi: int, cause: str, then: str) -> None:
+        """The one line a failed delivery of messages ``lo..hi`` of the batch logs: where they
+        are in the queue (first and last position, ``version:index``) and the error's root
+        cause; Spark's own ERROR entries of the failed call are quieted by the shipped logging
+        configuration (docs/operations.md, "When a consumer fails")."""
+        first, last = self._positions(delivery, lo, hi - 1)
+        where = f"message {first}" if hi - lo == 1 else f"{hi - lo} messages {first}..{last}"
+        log.warning("queue %r subscription %r: batch %d, delivery of %s failed: %s; %s", self.queue.name,
+                    self.owner.subscription, delivery.batch, where, cause, then)
+
+    def _positions(self, delivery: Delivery, *at: int) -> list[str]:
+        """Where messages ``at`` of the batch are in their queue, as ``version:index`` (the
+        commit's version, then the message's place in it, as a dead letter's
+        ``_origin_position`` and ``_origin_index`` say); one look at the cached batch."""
+        from pyspark.sql import functions as F
+
+        rows = {row[0]: row for row in self.numbered.filter(F.col(_ROW).isin(*set(at)))
+                .select(_ROW, "_position", _IN_COMMIT).collect()}
+        return [f"{rows[i][1]}:{_index_in_commit(delivery, rows[i][1], rows[i][2])}" if i in rows else "?" for i in at]
 
     def _move(self, delivery: Delivery, at: int, error: str) -> Delivery:
         """Move message ``at`` to the dead-letter queue, once, and record it done and moved (the
@@ -243,7 +325,7 @@ class _Redelivery:
                                        settings.max_dead_letters_per_batch, error)
         message = _part(self.numbered, at, at + 1, keep_index=True)
         version, in_commit = message.select("_position", _IN_COMMIT).first() or (0, 0)
-        index = in_commit + (delivery.start_index if version == delivery.start_version + 1 else 0)
+        index = _index_in_commit(delivery, version, in_commit)
         dead_letters = self.owner.dead_letter_queue(self.spark, queue, settings)
         size = message.select(message_size(queue.spark_schema())).first()
         append_once(dead_letters, dead_letter_rows(message.drop(_IN_COMMIT), queue, subscription, index,
@@ -257,6 +339,61 @@ class _Redelivery:
         return delivery
 
 
+class _QuietQueryContext(logging.Filter):
+    """Drops PySpark's ERROR entry of a failed call's query context (loggers
+    ``DataFrameQueryContextLogger``, ``SQLQueryContextLogger``: JSON with the JVM stack, logged
+    where the error is raised) while a failure dead letters handle is in flight in this thread;
+    with ``spark_flow.spark.dead_letters`` at DEBUG it is kept."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not getattr(_handling, "on", False) or log.isEnabledFor(logging.DEBUG)
+
+
+_handling = threading.local()  # on: a call whose failure dead letters handle runs in this thread
+
+
+@functools.cache
+def _quiet_query_context() -> None:
+    """Add :class:`_QuietQueryContext` to PySpark's query-context loggers, once (made as PySpark
+    makes them: its loggers take keywords a plain logger refuses)."""
+    from pyspark.logger import PySparkLogger
+
+    for name in ("DataFrameQueryContextLogger", "SQLQueryContextLogger"):
+        PySparkLogger.getLogger(name).addFilter(_QuietQueryContext())
+
+
+@contextmanager
+def quiet_failures(spark: SparkSession, handled: bool = True) -> Iterator[None]:
+    """Mark the log entries of a call of the consumer's function whose failure is handled here
+    (``handled``): PySpark's own (:class:`_QuietQueryContext`), and in classic Spark the JVM's
+    of its tasks (a local property ``mdc.*``, which executors put in the log4j context of the
+    call's tasks) and of the query's thread (its log4j context: a classic foreachBatch
+    function's JVM calls run on that thread), which the shipped conf/log4j2.properties drops.
+    A failure that ends the query is logged after the call, unmarked. A Spark Connect server's
+    JVM logs for its administrator: nothing is marked there."""
+    if not handled:
+        yield
+        return
+    _quiet_query_context()
+    _handling.on = True
+    if is_connect(spark):
+        try:
+            yield
+        finally:
+            _handling.on = False
+        return
+    context = spark.sparkContext
+    log4j = context._jvm.org.apache.logging.log4j.ThreadContext  # type: ignore[union-attr]
+    context.setLocalProperty(QUIET_KEY, QUIET_VALUE)
+    log4j.put(QUIET_KEY, QUIET_VALUE)
+    try:
+        yield
+    finally:
+        _handling.on = False
+        context.setLocalProperty(QUIET_KEY, None)  # type: ignore[arg-type]
+        log4j.remove(QUIET_KEY)
+
+
 def _record(queue: Queue, subscription: str, was: str | None, delivery: Delivery, dead_lettered: int = 0) -> str:
     """Record ``delivery`` in the subscription's row, where it shows ``was`` (as read or last
     written); returns what it now shows. One query reads a subscription, so a lost
@@ -266,6 +403,12 @@ def _record(queue: Queue, subscription: str, was: str | None, delivery: Delivery
         raise SparkFlowError(f"subscription {subscription!r} of queue {queue.name!r}: its redelivery was "
                              "recorded by another query meanwhile; one query reads a subscription")
     return text
+
+
+def _index_in_commit(delivery: Delivery, version: int, in_commit: int) -> int:
+    """A message's place in its commit, from its place among the batch's messages of that
+    commit: the batch's first commit may have begun at ``start_index``."""
+    return in_commit + (delivery.start_index if version == delivery.start_version + 1 else 0)
 
 
 def _numbered(batch: DataFrame) -> DataFrame:

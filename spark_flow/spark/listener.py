@@ -38,6 +38,7 @@ from spark_flow.records.home import Registry
 from spark_flow.rules.depth import Commit
 from spark_flow.rules.flow_state import FlowState
 from spark_flow.rules.names import normalize_path
+from spark_flow.spark.dead_letters import Delivery
 from spark_flow.spark.offsets import flowqueue_offset, offset_position
 from spark_flow.spark.session import close_before_stop, session_storage_options
 
@@ -107,10 +108,14 @@ def _close_connect_listeners_at_exit() -> None:
 @dataclass(frozen=True)
 class FlowProgress:
     """Flow control as one query saw it in its last micro-batch: the messages it enqueued (a
-    producer) or read (a consumer), the queue version it wrote or read up to, and the depth
-    after it (a consumer's: what remains once the batch is acknowledged). A producer's
-    ``held_seconds`` is the time flow control held its batch, ``throttled_seconds`` the time its
-    publish rate paced it."""
+    producer) or took (a consumer: each message once), the queue version it wrote or read up to,
+    and the depth after it (a consumer's: what remains once the batch is acknowledged). A
+    producer's ``held_seconds`` is the time flow control held its batch, ``throttled_seconds``
+    the time its publish rate paced it. A consumer's ``processed`` are the messages its function
+    processed (all it took but those moved to the dead-letter queue), ``redelivered`` the
+    deliveries after the first of a batch :class:`~spark_flow.spark.dead_letters.DeadLetters`
+    delivered again in parts: Spark's ``numInputRows`` counts those too (and any other read of
+    the batch that is not cached)."""
 
     query_id: str
     query_name: str | None
@@ -128,6 +133,8 @@ class FlowProgress:
     position: int = -1  # a consumer's: the queue version of the newest message it has read
     expired_count: int = 0  # a consumer's subscription's: messages expired (messageTtl) before it read them
     dead_lettered_count: int = 0  # a consumer's subscription's: messages moved to the dead-letter queue
+    processed: int = 0  # a consumer's: messages of the batch its function processed
+    redelivered: int = 0  # a consumer's: deliveries of the batch's messages after the first (DeadLetters)
 
 
 class FlowProgressListener(StreamingQueryListener):
@@ -212,9 +219,10 @@ class FlowProgressListener(StreamingQueryListener):
         if found:
             self.progress[query_id] = found
         for flow in found:
-            log.info("%s %s batch %d queue %r%s: %d messages, depth %d messages / %d bytes, flowStopped %s, "
+            log.info("%s %s batch %d queue %r%s: %d messages%s, depth %d messages / %d bytes, flowStopped %s, "
                      "flowStoppedCount %d, held %.1fs, throttled %.1fs", flow.role, name or query_id, flow.batch_id,
                      flow.queue, f" subscription {flow.subscription!r}" if flow.subscription else "", flow.count,
+                     f" ({flow.processed} processed, {flow.redelivered} redelivered)" if flow.redelivered else "",
                      flow.depth_count, flow.depth_size, str(flow.flow_stopped).lower(), flow.flow_stopped_count,
                      flow.held_seconds, flow.throttled_seconds)
 
@@ -315,11 +323,23 @@ class FlowProgressListener(StreamingQueryListener):
                 sub = queue.subscriptions.get(offset["subscription"])
                 end = offset_position(offset)
                 depth = queue.ledger.depth(max(sub.acknowledged, end), latest)
+                taken, processed, redelivered = _taken(sub.delivery, progress.batchId, int(source.numInputRows))
                 found.append(FlowProgress(str(progress.id), progress.name, "consumer", queue.name, sub.name,
                                           progress.batchId, depth.count, depth.size, sub.flow_stopped,
-                                          sub.flow_stopped_count, 0.0, 0.0, int(source.numInputRows),
-                                          end.reached, sub.expired_count, sub.dead_lettered_count))
+                                          sub.flow_stopped_count, 0.0, 0.0, taken, end.reached, sub.expired_count,
+                                          sub.dead_lettered_count, processed, redelivered))
         return found
+
+
+def _taken(delivery: str | None, batch_id: int, input_rows: int) -> tuple[int, int, int]:
+    """A consumer batch's messages taken, processed and delivered again: as its subscription's
+    delivery records them for a batch :class:`~spark_flow.spark.dead_letters.DeadLetters`
+    delivered again in parts (Spark's ``numInputRows`` counts every delivery, and the read
+    that numbers the batch), else Spark's ``numInputRows`` (one read of each message)."""
+    report = Delivery.parse(delivery).report(batch_id)
+    if report is None:
+        return input_rows, input_rows, 0
+    return report.taken, report.processed, report.redelivered
 
 
 def _status(queue: Queue) -> GateStatus:

@@ -7,20 +7,29 @@ module needs no SparkSession of its own.
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
-from deltalake import DeltaTable
+from deltalake import CommitProperties, DeltaTable, write_deltalake
+from support.homes import make_queue
 from support.processes import ROOT, Terminal, ctrl_c_once_held, failure, in_terminal, progress, spark_submit, warnings
 
 from spark_flow.flow.queue import Queue
+from spark_flow.rules.depth import METADATA_KEY
 
 STOP, RESUME, CAPACITY, RATE = 20, 10, 30, 20
 JOBS = ROOT / "jobs"
+#: The shipped logging configuration, as the README has users export it.
+SHIPPED_LOGGING = {"SPARK_CONF_DIR": str(ROOT / "conf")}
+#: A log4j entry of Spark's at ERROR (conf/log4j2.properties' pattern, and PySpark's default one).
+SPARK_ERROR = re.compile(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d ERROR ", re.MULTILINE)
 
 
 @pytest.mark.parametrize(("job", "options"), [
@@ -164,3 +173,78 @@ def test_a_producer_paced_by_its_publish_rate_as_the_readme_runs_it(tmp_path: Pa
     assert throttled(result.stdout), failure(result)
     commits = [c.count for c in Queue(str(tmp_path / "queues" / "paced")).ledger.commits(-1) if c.count]
     assert commits and max(commits) <= 20
+
+
+def quiet(result: subprocess.CompletedProcess[str]) -> list[str]:
+    """What a stop or a failed delivery must not print: a traceback, py4j's proxy error, a Spark
+    ERROR entry or a JVM stack (spark-submit passes the Python driver's stderr to its stdout)."""
+    output = result.stdout + result.stderr
+    return [f"{what}: {found}" for what, found in (
+        ("traceback", "Traceback" in output), ("py4j", "Py4JException" in output),
+        ("Spark ERROR", SPARK_ERROR.findall(output)), ("JVM stack", "\tat " in output)) if found]
+
+
+@pytest.mark.processes
+def test_ctrl_c_on_a_producer_held_in_mid_batch_ends_it_with_one_line(tmp_path: Path) -> None:
+    """A producer whose queue stops it after the first chunk of a batch (stop 5, its window 10,
+    no consumer), Ctrl-C'd while held: the batch is cut short (its restart writes the rest), and
+    the job says so in its lines, exit 0, with the shipped logging configuration no traceback
+    and no Spark ERROR (Spark takes the interrupted hold for the stop it is)."""
+    path = tmp_path / "events"
+    result = ctrl_c_once_held(in_terminal(
+        "producer", "--queue", str(path), "--rate", "100", "--capacity", "10", "--trigger", "500ms",
+        conf={"spark.flow.stopCount": "5", "spark.flow.resumeCount": "2"}, env=SHIPPED_LOGGING), str(path))
+    assert result.returncode == 0 and "interrupted; stopping the query" in result.stdout, failure(result)
+    assert "1 batch cut short by the stop" in result.stdout, failure(result)
+    assert not quiet(result), f"{quiet(result)}\n{failure(result)}"
+    assert Queue(str(path)).depth().count == 10, "the first chunk only"
+
+
+def poison_queue(tmp_path: Path, count: int, poison: int) -> Queue:
+    """A queue (``maxDeliveries`` 1) with one commit of ``count`` messages, message ``poison``'s
+    body 'poison'; made without Spark."""
+    queue = make_queue(tmp_path / "home", "events", {"maxDeliveries": 1})
+    rows = pa.table({"id": pa.array(range(count), pa.int64()),
+                     "body": pa.array(["poison" if i == poison else f"m{i}" for i in range(count)])})
+    metadata = json.dumps({METADATA_KEY: {"count": count, "size": count * 10}})
+    write_deltalake(queue.path, rows, mode="append",
+                    commit_properties=CommitProperties(custom_metadata={"userMetadata": metadata}))
+    return queue
+
+
+def refusing_output(path: Path) -> None:
+    """The consumer's output table, which refuses the poison message (a CHECK constraint that
+    Delta enforces in the write's tasks): a consumer that fails on one message."""
+    schema = pa.schema([("id", pa.int64()), ("body", pa.string()), ("_position", pa.int64()),
+                        ("_enqueue_time", pa.timestamp("us", tz="UTC"))])
+    write_deltalake(str(path), schema.empty_table())
+    DeltaTable(str(path)).alter.add_constraint({"no_poison": "body <> 'poison'"})
+
+
+@pytest.mark.processes
+def test_a_consumer_that_fails_on_one_message_logs_one_line_per_failed_delivery(tmp_path: Path) -> None:
+    """The consumer job on a queue with one poison message in a batch of 20 (``maxDeliveries``
+    1), with the shipped logging configuration: each failed delivery of a part is one WARNING
+    line of spark-flow's (queue, subscription, the part's positions, the error), the last one
+    moving the message; none of Spark's ERROR entries and stacks. Its progress line counts the
+    batch's 20 messages once and its redeliveries apart."""
+    queue, output = poison_queue(tmp_path, 20, poison=13), tmp_path / "out"
+    refusing_output(output)
+    result = spark_submit("consumer", "--queue", queue.path, "--output", str(output), "--trigger", "500ms",
+                          "--until-empty", env=SHIPPED_LOGGING)
+    assert result.returncode == 0, failure(result)
+    output_lines = (result.stdout + result.stderr).splitlines()
+    failed = [line for line in output_lines if "WARNING spark_flow.spark.dead_letters" in line]
+    # halved: 0..20, 10..20, 10..15, 12..15, 13..15 fail, then message 13 alone, moved
+    assert len(failed) == 6, failure(result)
+    assert all("queue 'events' subscription 'default': batch " in line and "no_poison" in line
+               for line in failed), failure(result)
+    assert re.search(r"20 messages (\d+):0\.\.\1:19 failed", failed[0]) and "delivering its halves" in failed[0], failed[0]
+    assert re.search(r"message \d+:13 failed", failed[-1]) and "moving it to the dead-letter queue" in failed[-1], \
+        failed[-1]
+    assert not quiet(result), f"{quiet(result)}\n{failure(result)}"
+    [line] = [line for line in progress(result.stdout, "consumer") if line["consumed"] != "0"]
+    assert (line["consumed"], line["deadLettered"]) == ("20", "1"), failure(result)
+    assert line["redelivered"] == str(10 + 10 + 5 + 5 + 2 + 3 + 1 + 2 + 1 + 1), failure(result)  # the parts' sizes
+    assert sorted(DeltaTable(str(output)).to_pyarrow_table(columns=["id"]).column("id").to_pylist()) == [
+        i for i in range(20) if i != 13]

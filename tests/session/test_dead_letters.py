@@ -22,6 +22,7 @@ from spark_flow.rules.depth import Depth, Position
 from spark_flow.rules.flow_state import Thresholds
 from spark_flow.spark.dead_letters import DeadLetters
 from spark_flow.spark.declare import declare
+from spark_flow.spark.listener import FlowProgressListener
 from spark_flow.spark.sink import QueueSink
 from spark_flow.spark.source import read_queue
 
@@ -52,29 +53,36 @@ def appender(output: Path, calls: list[int] | None = None) -> Callable[[DataFram
 
 
 def consume_all(spark: SparkSession, queue: str, process: Callable[[DataFrame, int], None], checkpoint: Path,
-                **options: object) -> None:
+                **options: object) -> StreamingQuery:
     query = (read_queue(spark, queue, **options).writeStream.foreachBatch(DeadLetters(process, queue))
              .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
     query.awaitTermination(300)
     if query.exception() is not None:
         raise query.exception()  # type: ignore[misc]
+    return query
 
 
 def ids(spark: SparkSession, path: Path | str) -> list[int]:
     return [row.id for row in spark.read.format("delta").load(str(path)).select("id").collect()]
 
 
-def test_a_batch_of_10000_with_one_poison_message_moves_that_one(spark: SparkSession, tmp_path: Path) -> None:
+def test_a_batch_of_10000_with_one_poison_message_moves_that_one(spark: SparkSession, tmp_path: Path,
+                                                                  capfd: pytest.CaptureFixture[str]) -> None:
     path, output, calls = str(tmp_path / "events"), tmp_path / "out", []
     queue = declare(spark, path, SCHEMA, settings={"maxDeliveries": 2})
     QueueSink(path, app_id="load", options={"capacity": 20_000})(messages(spark, 10_000, {4321}), 0)
     loaded = queue.refresh()
 
-    consume_all(spark, path, appender(output, calls), tmp_path / "chk")
+    query = consume_all(spark, path, appender(output, calls), tmp_path / "chk")
 
     delivered = ids(spark, output)
     assert sorted(delivered) == [i for i in range(10_000) if i != 4321], "every other message exactly once"
     assert len(calls) < 40, f"found by halving, in {len(calls)} calls"
+    [progress] = [p for p in query.recentProgress if p.numInputRows]
+    [flow] = FlowProgressListener(storage_options={}).reports(progress)
+    assert (flow.count, flow.processed) == (10_000, 9_999), "the batch's messages, once each; all but the poison"
+    assert flow.redelivered > 10_000, "every part after the whole batch, its halves' sizes"
+    assert "DataFrameQueryContextLogger" not in capfd.readouterr().err, "PySpark's ERROR entry of a handled failure"
     assert calls == sorted(calls), "each call has its own, increasing batch id"
     letters = spark.read.format("delta").load(path + "_dlq").collect()
     assert len(letters) == 1
