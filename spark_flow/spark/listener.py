@@ -38,7 +38,7 @@ from spark_flow.records.home import Registry
 from spark_flow.rules.depth import Commit
 from spark_flow.rules.flow_state import FlowState
 from spark_flow.rules.names import normalize_path
-from spark_flow.spark.dead_letters import Delivery
+from spark_flow.spark.delivery import Delivery
 from spark_flow.spark.offsets import flowqueue_offset, offset_position
 from spark_flow.spark.session import close_before_stop, session_storage_options
 

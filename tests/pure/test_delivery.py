@@ -1,9 +1,9 @@
 """A batch delivered again in parts, as its subscription's delivery record reports it for the
-query's progress (spark_flow.spark.dead_letters.Delivery), without Spark."""
+query's progress (spark_flow.spark.delivery.Delivery), without Spark."""
 
 from __future__ import annotations
 
-from spark_flow.spark.dead_letters import BatchDelivery, Delivery
+from spark_flow.spark.delivery import BatchDelivery, Delivery
 
 
 def test_a_redelivered_batch_is_reported_while_it_lasts_and_once_it_is_over() -> None:
