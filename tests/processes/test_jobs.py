@@ -185,6 +185,7 @@ def quiet(result: subprocess.CompletedProcess[str]) -> list[str]:
 
 
 @pytest.mark.processes
+@pytest.mark.beside_group  # one application at a time: beside the group, which is the run's longest path
 def test_ctrl_c_on_a_producer_held_in_mid_batch_ends_it_with_one_line(tmp_path: Path) -> None:
     """A producer whose queue stops it after the first chunk of a batch (stop 5, its window 10,
     no consumer), Ctrl-C'd while held: the batch is cut short (its restart writes the rest), and
@@ -222,6 +223,7 @@ def refusing_output(path: Path) -> None:
 
 
 @pytest.mark.processes
+@pytest.mark.beside_group  # one application at a time: beside the group, which is the run's longest path
 def test_a_consumer_that_fails_on_one_message_logs_one_line_per_failed_delivery(tmp_path: Path) -> None:
     """The consumer job on a queue with one poison message in a batch of 20 (``maxDeliveries``
     1), with the shipped logging configuration: each failed delivery of a part is one WARNING
