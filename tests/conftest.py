@@ -97,6 +97,17 @@ def spark() -> Iterator[SparkSession]:
     session.stop()
 
 
+@pytest.fixture(params=["deltalake", "engine"])
+def io(request: pytest.FixtureRequest, spark: SparkSession) -> Iterator[str]:
+    """How the test's processes reach the tables (``spark.flow.io``): deltalake in this Python, or
+    the engine, the session itself (docs/design.md 2.10): one test, both stores."""
+    spark.conf.set("spark.flow.io", request.param)
+    try:
+        yield request.param
+    finally:
+        spark.conf.unset("spark.flow.io")
+
+
 @pytest.fixture(scope="module", autouse=True)
 def no_query_outlives_its_module() -> Iterator[None]:
     """Stop streaming queries a module left running: a forgotten query would go on taking one of
@@ -130,7 +141,7 @@ def governed_connect(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gover
         env = {"AWS_METADATA_ENDPOINT": metadata}
         server = {**conf, "spark.hadoop.hadoop.security.credential.provider.path": store}
         with spark_connect_server(base / "connect.log", properties=OBJECT_STORAGE_CONF, conf=server, env=env) as url:
-            yield Governed(url, endpoint, key, secret, conf, env)
+            yield Governed(url, endpoint, key, secret, conf, env, base / "connect.log")
 
 
 @pytest.fixture(scope="session")

@@ -20,7 +20,7 @@ from spark_flow.flow.dead_letter_queue import KEY as DEAD_LETTER_QUEUE
 from spark_flow.flow.dead_letter_queue import Origin, catalog_name, check_dead_letter_queue, conf_for_queue, registered
 from spark_flow.rules.keys import HOME_KEYS, KEYS, PROPERTY_PREFIX, conf_settings, is_setting, setting_name
 from spark_flow.rules.settings import QueueSettings, home_thresholds, queue_settings
-from spark_flow.store.table import Table, retry_commit
+from spark_flow.store.table import open_table, retry_commit
 
 if TYPE_CHECKING:
     from spark_flow.flow.homeflow import HomeFlow
@@ -41,7 +41,7 @@ def record_queue_conf(queue: Queue, conf: Mapping[str, Any]) -> QueueSettings:
         return queue.settings()
 
     def attempt() -> dict[str, tuple[str, Any]]:
-        table = Table(queue.path, queue.storage_options)
+        table = open_table(queue.path, queue.storage_options)
         properties, runtime = table.properties(), queue.runtime_settings.current()
         recorded = {setting_name(k) for k in [*properties, *runtime] if is_setting(k)}
         missing = {name: entry for name, entry in given.items() if name not in recorded}

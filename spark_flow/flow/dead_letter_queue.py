@@ -37,7 +37,7 @@ from spark_flow.flow.queue import CATALOG_TABLE, Queue, open_queue
 from spark_flow.records.home import Registry
 from spark_flow.rules.depth import METADATA_KEY, Position
 from spark_flow.rules.names import normalize_path, queue_ref
-from spark_flow.store.table import Table, is_table
+from spark_flow.store.table import is_table, open_table
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -190,7 +190,7 @@ def _plain(location: str | None) -> str | None:
 def _schema_at(location: str, storage_options: Mapping[str, str]) -> StructType:
     from pyspark.sql.types import StructType
 
-    return StructType.fromJson(json.loads(Table(location, storage_options).schema_json()))
+    return StructType.fromJson(json.loads(open_table(location, storage_options).schema_json()))
 
 
 def _columns(schema: StructType) -> list[tuple[str, str]]:

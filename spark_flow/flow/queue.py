@@ -31,7 +31,7 @@ from spark_flow.rules.settings import QueueSettings, queue_settings
 from spark_flow.store.handles import forget, shared
 from spark_flow.store.ledger import Ledger
 from spark_flow.store.messages import plain_schema, read_messages
-from spark_flow.store.table import Table, is_table, retry_commit
+from spark_flow.store.table import is_table, open_table, retry_commit
 from spark_flow.store.tables import Owner
 
 if TYPE_CHECKING:
@@ -66,7 +66,7 @@ class Queue:
         self.storage_options = dict(storage_options or {})
         if not is_table(self.path, self.storage_options):
             raise QueueNotFoundError(self.path, "there is no Delta table at this location")
-        self._table = Table(self.path, self.storage_options)
+        self._table = open_table(self.path, self.storage_options)
         properties = self._table.properties()
         if STATE_LOCATION not in properties:
             raise QueueNotFoundError(self.path, "this Delta table is not declared as a queue (spark_flow.spark.declare)")
@@ -94,7 +94,8 @@ class Queue:
         would judge for ever. So a look that finds nothing new checks that the newest commit is
         still there (one request)."""
         before = self._table.version()
-        latest = self.ledger.refresh()
+        with self.owner.failing_as_gone():  # the engine's look fails once the table is gone
+            latest = self.ledger.refresh()
         if latest == before and not self.owner.exists():
             forget("queue", self.path)  # a queue declared again at this path gets a new handle
             raise self.owner.gone()
@@ -234,7 +235,7 @@ class Queue:
 
     def live_files(self, version: int | None = None) -> dict[str, tuple[int, int]]:
         """The queue's data files (path -> bytes, rows) now, or as of ``version``."""
-        table = self._table if version is None else Table(self.path, self.storage_options, version=version)
+        table = self._table if version is None else open_table(self.path, self.storage_options, version=version)
         return table.live_files()
 
     def remove_files(self, files: Mapping[str, int], transaction: tuple[str, int], user_metadata: str) -> None:

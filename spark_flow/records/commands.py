@@ -21,6 +21,9 @@ from spark_flow.store.tables import RecordTable
 if TYPE_CHECKING:
     import pyarrow as pa
 
+#: The entry of a command's commit ``userMetadata`` that identifies it (its token).
+COMMAND_KEY = "spark.flow.command"
+
 #: A command's target for every queue of the home (an ActiveMQ wildcard).
 ALL_QUEUES = ">"
 #: Commands that change the home's limits, not a queue's; the operator applies them at once
@@ -86,11 +89,11 @@ class CommandLog:
         row = {"command": command, "target": target, "settings": json.dumps(dict(settings or {})),
                "issued_at": datetime.now(UTC), "token": token}
         append(self.location, pa.Table.from_pylist([row], schema=_commands_schema()), self._table.storage_options,
-               commit_info={"spark.flow.command": token}, properties={"delta.enableChangeDataFeed": "true"})
+               user_metadata=json.dumps({COMMAND_KEY: token}), properties={"delta.enableChangeDataFeed": "true"})
         table = self._table.open()
         assert table is not None  # written just now
         for info in table.commit_infos(0):  # newest first: found at once unless many commands were issued meanwhile
-            if info.get("spark.flow.command") == token:
+            if token in str(info.get("userMetadata") or "") and json.loads(info["userMetadata"]).get(COMMAND_KEY) == token:
                 return int(info["version"])
         raise SparkFlowError(f"command {token} was written to {self.location} but its commit is not in the "
                              "table's history (was the table replaced?)")

@@ -22,7 +22,7 @@ from fractions import Fraction
 from typing import Any, Literal, cast
 
 from spark_flow.exceptions import ConfigurationError, ProducerSettingError, QueueSettingError, UnknownKeyError
-from spark_flow.rules.storage_options import STORAGE_PREFIX, secret_shown, storage_options
+from spark_flow.rules.storage_options import IO_MODES, STORAGE_PREFIX, parse_io, secret_shown, storage_options
 from spark_flow.rules.units import parse_bool, parse_choice, parse_count, parse_duration, parse_percent, parse_size
 
 CONF_PREFIX = "spark.flow."
@@ -34,7 +34,8 @@ POLICIES: tuple[str, ...] = ("flow", "ring", "ring-strict")
 OnFull = Literal["hold", "reject", "reject-after"]
 ON_FULL: tuple[str, ...] = ("hold", "reject", "reject-after")
 STALLED_POLICIES: tuple[str, ...] = ("flag", "skip")
-Scope = Literal["queue", "producer", "home"]
+Scope = Literal["queue", "producer", "home", "process"]
+
 
 
 def parse_policy(key: str, value: Any) -> Policy:
@@ -111,6 +112,7 @@ KEYS: dict[str, Key] = {
         Key("pollInterval", _positive_duration, 1.0, "Longest wait between two looks at a held queue's depth.", "producer"),
         Key("msgPublishRate", parse_count, 0, "A producer's publish rate in messages per second: its writes are paced under it (0 = no limit).", "producer"),
         Key("bytePublishRate", parse_size, 0, "A producer's publish rate in bytes per second (1m = 1 MiB/s): its writes are paced under it (0 = no limit).", "producer"),
+        Key("io", parse_io, "auto", "How this process reads and writes the tables: " + ", ".join(IO_MODES) + " (auto: deltalake where this Python reaches the storage, the engine otherwise).", "process"),
         Key("home", _text, None, "The control plane's location: queue registry, status, history, commands; default state of new queues.", "home"),
         Key("homeStopCount", parse_count, None, "Every producer of the home is held when the home's depth exceeds this many messages (0 = not used).", "home"),
         Key("homeResumeCount", parse_count, None, "The home's producers go on when its depth is under this many messages (0: homeStopCount).", "home"),
@@ -169,9 +171,9 @@ def spelled(key: str, value: Any = None) -> Spelled:
     if lower.startswith(PATTERN_PREFIX) and "." in key[len(PATTERN_PREFIX):]:
         pattern, _, last = key[len(PATTERN_PREFIX):].rpartition(".")
         found = _SPELLINGS.get(last.lower())
-        if found is not None and found[1] == "plain" and KEYS[found[0]].scope != "home":
+        if found is not None and found[1] == "plain" and KEYS[found[0]].scope not in ("home", "process"):
             return Spelled(found[0], "pattern", pattern)
-        closest = _closest(last, [n for n in KEYS if KEYS[n].scope != "home"])
+        closest = _closest(last, [n for n in KEYS if KEYS[n].scope not in ("home", "process")])
         raise UnknownKeyError(key, value, closest and f"{PATTERN_PREFIX}{pattern}.{closest}")
     found = _SPELLINGS.get(lower)
     if found is not None:
@@ -291,6 +293,9 @@ def producer_options(options: Mapping[str, Any]) -> dict[str, Any]:
             raise ConfigurationError(key, value, "a producer setting here: " + ", ".join(PRODUCER_KEYS),
                                      f"{name} is a home setting: spark.flow.{name} in the Spark conf, or spark-flow "
                                      "set-home")
+        if KEYS[name].scope == "process":
+            raise ConfigurationError(key, value, "a producer setting here: " + ", ".join(PRODUCER_KEYS),
+                                     f"{name} is the process's: spark.flow.{name} in the Spark conf")
         if KEYS[name].scope != "producer":
             raise QueueSettingError(name, value)
         settings[name] = value

@@ -17,9 +17,14 @@ import re
 from collections.abc import Mapping
 
 from spark_flow.exceptions import ConfigurationError
-from spark_flow.rules.units import parse_bool
+from spark_flow.rules.units import parse_bool, parse_choice
 
 STORAGE_PREFIX = "spark.flow.storage."
+#: How a process reaches the tables (docs/design.md 2.10), carried with its storage options (the
+#: same key in both): ``deltalake`` in its own Python, the ``engine`` (its SparkSession), or
+#: ``auto``, deltalake where this Python reaches the storage and the engine otherwise.
+IO_OPTION = "spark.flow.io"
+IO_MODES: tuple[str, ...] = ("auto", "deltalake", "engine")
 HADOOP_PREFIX = "spark.hadoop."
 #: How many looks a removal takes at most: a marker blob, then its directory, which a writer may
 #: change under the walk.
@@ -109,9 +114,16 @@ def _gcs(hadoop: Mapping[str, str], prefix: str) -> dict[str, str]:
     return options
 
 
+def parse_io(key: str, value: object) -> str:
+    """How a process reaches the tables: one of :data:`IO_MODES`."""
+    return parse_choice(key, value, IO_MODES)
+
+
 def storage_options(conf: Mapping[str, str]) -> dict[str, str]:
     """The ``deltalake`` storage options a Spark conf gives: derived from its S3A, ABFS and GCS
-    settings, then every ``spark.flow.storage.<key>`` (lower-cased, as deltalake names them).
+    settings, then every ``spark.flow.storage.<key>`` (lower-cased, as deltalake names them);
+    and ``spark.flow.io`` where the conf sets it (:data:`IO_OPTION`), which the store reads and
+    deltalake never sees.
 
     Raises
     ------
@@ -132,13 +144,15 @@ def storage_options(conf: Mapping[str, str]) -> dict[str, str]:
             if not str(value).strip():
                 raise ConfigurationError(key, shown, "a value that is not empty")
             options[name] = str(value)
+    if conf.get(IO_OPTION):
+        options[IO_OPTION] = parse_io(IO_OPTION, conf[IO_OPTION])
     return options
 
 
 def as_conf(options: Mapping[str, str]) -> dict[str, str]:
-    """Storage options as ``spark.flow.storage.*`` entries: how they travel in a data source's
-    options to Python workers, which have no SparkSession."""
-    return {STORAGE_PREFIX + key: value for key, value in options.items()}
+    """Storage options as ``spark.flow.storage.*`` entries (``spark.flow.io`` as itself): how
+    they travel in a data source's options to Python workers, which have no SparkSession."""
+    return {key if key == IO_OPTION else STORAGE_PREFIX + key: value for key, value in options.items()}
 
 
 def secret_shown(key: str, value: object) -> object:

@@ -37,7 +37,9 @@ from spark_flow.rules.names import QueueRef, normalize_path, queue_ref
 from spark_flow.rules.settings import queue_settings
 from spark_flow.spark.session import session_flow_conf, session_storage_options
 from spark_flow.store.access import check_access
+from spark_flow.store.engine import made_elsewhere, purge_refused
 from spark_flow.store.handles import forget
+from spark_flow.store.io import uses_engine
 from spark_flow.store.table import retry_commit
 
 if TYPE_CHECKING:
@@ -178,6 +180,7 @@ def _create(spark: SparkSession, ref: QueueRef, wanted: StructType | None, prope
     spark.sql(f"CREATE TABLE IF NOT EXISTS {ref.sql} ({wanted.toDDL()}) USING delta "
               f"TBLPROPERTIES ({_sql_properties(created)})")
     if ref.path is not None:  # no DESCRIBE DETAIL: half the time of declaring a new queue
+        made_elsewhere(normalize_path(ref.path))
         if not check_access(ref.path, storage):  # IF NOT EXISTS took the files at the path for a table
             raise QueueNotFoundError(ref.path, "the path holds files that are not a Delta table; "
                                                "declare a queue on an empty path or on a Delta table")
@@ -281,7 +284,10 @@ def purge_acknowledged(spark: SparkSession, queue: str) -> int:
     is recorded as the commit's transaction (``txnAppId`` :data:`PURGE_APP_ID`): where
     ``earliest`` starts. A producer appending meanwhile is not in conflict with it.
     """
-    handle = open_queue(queue_location(spark, queue), session_storage_options(spark))
+    location, storage = queue_location(spark, queue), session_storage_options(spark)
+    if uses_engine(location, storage):
+        raise purge_refused()
+    handle = open_queue(location, storage)
     return retry_commit(lambda: purge(handle))
 
 

@@ -46,7 +46,7 @@ log = logging.getLogger("spark_flow.spark.listener")
 
 _LOOK_BACK = 16  # commits read per step when a queue is first looked at
 _KEEP_MS = 600_000  # commits of queries with no event here (other applications) are dropped after
-_connect_listeners: set[FlowProgressListener] = set()  # added to a Connect session, not closed yet
+_connect_listeners: set[ClosingListener] = set()  # added to a Connect session, not closed yet
 
 
 def close_connect_listeners() -> None:
@@ -105,6 +105,35 @@ def _close_connect_listeners_at_exit() -> None:
             register(close_connect_listeners)
 
 
+class ClosingListener(StreamingQueryListener):
+    """A listener spark-flow adds or a user adds, removed again when the script or job ends."""
+
+    def close(self) -> None:
+        """Stop listening: remove the listener from its session's queries. Under Spark Connect
+        this also ends PySpark's listener thread, which is not a daemon: a client script that
+        added a listener and never removed it does not exit (its interpreter waits for that
+        thread at the end). spark-flow calls it for you when a Connect client's script ends, and
+        in :func:`~spark_flow.spark.session.exit_process` before the session stops."""
+        from pyspark.sql import SparkSession
+
+        connect = self in _connect_listeners
+        _connect_listeners.discard(self)
+        spark = self.spark or SparkSession.getActiveSession()
+        if spark is None or getattr(spark, "is_stopped", False):
+            return
+        if connect:
+            _remove_from_connect_bus(spark.streams, self)
+        else:
+            spark.streams.removeListener(self)
+
+    def _set_spark_session(self, session: Any) -> None:
+        """PySpark's hook when the listener is added under Spark Connect (``addListener``): have
+        :meth:`close` run when the client's script or job ends."""
+        super()._set_spark_session(session)
+        _connect_listeners.add(self)
+        _close_connect_listeners_at_exit()
+
+
 @dataclass(frozen=True)
 class FlowProgress:
     """Flow control as one query saw it in its last micro-batch: the messages it enqueued (a
@@ -137,7 +166,7 @@ class FlowProgress:
     redelivered: int = 0  # a consumer's: deliveries of the batch's messages after the first (DeadLetters)
 
 
-class FlowProgressListener(StreamingQueryListener):
+class FlowProgressListener(ClosingListener):
     """Keeps the last :class:`FlowProgress` of every query that produces to or consumes from a
     queue, and logs it (logger ``spark_flow.spark.listener``) at every progress event.
 
@@ -177,31 +206,6 @@ class FlowProgressListener(StreamingQueryListener):
         self._seen: dict[str, int] = {}  # by queue path: the newest version looked at
         self._commits: dict[str, list[Commit]] = {}  # by queue path: sink commits not yet reported
         self._gone: set[str] = set()  # queue paths found gone, logged once
-
-    def close(self) -> None:
-        """Stop listening: remove the listener from its session's queries. Under Spark Connect
-        this also ends PySpark's listener thread, which is not a daemon: a client script that
-        added a listener and never removed it does not exit (its interpreter waits for that
-        thread at the end). spark-flow calls it for you when a Connect client's script ends, and
-        in :func:`~spark_flow.spark.session.exit_process` before the session stops."""
-        from pyspark.sql import SparkSession
-
-        connect = self in _connect_listeners
-        _connect_listeners.discard(self)
-        spark = self.spark or SparkSession.getActiveSession()
-        if spark is None or getattr(spark, "is_stopped", False):
-            return
-        if connect:
-            _remove_from_connect_bus(spark.streams, self)
-        else:
-            spark.streams.removeListener(self)
-
-    def _set_spark_session(self, session: Any) -> None:
-        """PySpark's hook when the listener is added under Spark Connect (``addListener``): have
-        :meth:`close` run when the client's script or job ends."""
-        super()._set_spark_session(session)
-        _connect_listeners.add(self)
-        _close_connect_listeners_at_exit()
 
     def onQueryStarted(self, event: QueryStartedEvent) -> None:
         """Nothing is known before the first batch."""

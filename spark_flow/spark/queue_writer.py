@@ -27,7 +27,8 @@ from spark_flow.records.subscriptions import PROCESS
 from spark_flow.records.writer_claim import WriterClaim, needs_claim
 from spark_flow.spark.session import is_connect
 from spark_flow.store.appends import DirectAppender
-from spark_flow.store.table import retry
+from spark_flow.store.io import uses_engine
+from spark_flow.store.table import retry, with_transaction
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -59,7 +60,9 @@ class QueueWriter:
             self._claim = WriterClaim(posixpath.join(queue.state_location, "writers"), queue.name, queue.path,
                                       delta_conf.get("spark.app.id") or PROCESS, storage_options, owner=queue.owner)
             self._claim.renew()
-        self._appender = DirectAppender(queue.path, storage_options)
+        # the engine appends with Delta's writer: a direct append's commit is deltalake's
+        self._appender = None if uses_engine(queue.path, storage_options) else DirectAppender(queue.path,
+                                                                                               storage_options)
         self._delta_writer_logged = False
 
     def append(self, rows: DataFrame, app_id: str, txn_version: int, metadata: str) -> None:
@@ -70,15 +73,16 @@ class QueueWriter:
     def _append(self, rows: DataFrame, app_id: str, txn_version: int, metadata: str) -> None:
         if self._claim is not None:  # only one application may write it: renew this one's claim
             self._claim.renew()
-        if self._appender.append(rows, app_id, txn_version, metadata):
+        if self._appender is not None and self._appender.append(rows, app_id, txn_version, metadata):
             return
-        if not self._delta_writer_logged:
+        if self._appender is not None and not self._delta_writer_logged:
             self._delta_writer_logged = True
             log.info("queue %r is appended to by Delta's writer: its table has %s", self.queue.name,
                      self._appender.refusal())
         conflicts = _commit_conflicts(rows.sparkSession)
         writer = (rows.write.format("delta").mode("append").option("txnAppId", app_id)
-                  .option("txnVersion", str(txn_version)).option("userMetadata", metadata))
+                  .option("txnVersion", str(txn_version))
+                  .option("userMetadata", with_transaction(metadata, (app_id, txn_version))))
 
         def write() -> None:
             writer.save(self.queue.path)

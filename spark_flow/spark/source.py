@@ -371,18 +371,26 @@ def read_queue(spark: SparkSession, queue: str, subscription: str = DEFAULT_SUBS
 
     Registers the ``flowqueue`` source, resolves a catalog name to its location and passes the
     session's ``spark.flow.*`` conf and storage options to the source (whose workers have no
-    SparkSession).
+    SparkSession). A queue this process reaches through the engine (``spark.flow.io``) is read
+    by Delta's own source instead (:mod:`spark_flow.spark.engine_source`), with the same columns.
     """
     from spark_flow.rules.storage_options import as_conf
     from spark_flow.spark.declare import queue_location
+    from spark_flow.spark.engine_source import delta_limits, read_engine_queue
     from spark_flow.spark.session import session_flow_conf, session_storage_options
+    from spark_flow.store.io import uses_engine
 
-    spark.dataSource.register(FlowQueueDataSource)
-    reader = spark.readStream.format("flowqueue").option("queue", queue_location(spark, queue))
+    location, storage = queue_location(spark, queue), session_storage_options(spark)
     if "downstream" in options:
         names = str(options["downstream"]).split(",")
         options["downstream"] = ",".join(queue_location(spark, n.strip()) for n in names if n.strip())
-    passed = {**session_flow_conf(spark), **as_conf(session_storage_options(spark)), "subscription": subscription}
+    passed = {**session_flow_conf(spark), **as_conf(storage), "subscription": subscription}
+    if uses_engine(location, storage):
+        own, limits = delta_limits(options)
+        settings = SourceOptions.parse({**passed, **{key: str(value) for key, value in own.items()}, "queue": location})
+        return read_engine_queue(spark, open_queue(location, storage), settings, limits)
+    spark.dataSource.register(FlowQueueDataSource)
+    reader = spark.readStream.format("flowqueue").option("queue", location)
     for key, value in {**passed, **options}.items():
         reader = reader.option(key, str(value))
     return reader.load()

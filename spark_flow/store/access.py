@@ -308,10 +308,10 @@ def named_access_errors(location: str, options: Mapping[str, str]) -> Iterator[N
 
 
 def check_access(location: str, options: Mapping[str, str]) -> bool:
-    """Look at ``location`` with ``deltalake`` once (a read, nothing written): a process that
-    cannot reach it fails here, before it writes anything, with what it lacks. Returns whether
-    a Delta table is there."""
-    from deltalake import DeltaTable
+    """Look at ``location`` once (a read, nothing written), the way this process reaches it
+    (:mod:`spark_flow.store.io`): a process that cannot reach it fails here, before it writes
+    anything, with what it lacks. Returns whether a Delta table is there."""
+    from spark_flow.store.table import is_table
 
     with named_access_errors(location, options):
-        return DeltaTable.is_deltatable(normalize_path(location), storage_options=dict(options) or None)
+        return is_table(normalize_path(location), options)

@@ -23,7 +23,8 @@ import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from spark_flow.store.table import retry_commit
+from spark_flow.store.io import deltalake_options
+from spark_flow.store.table import retry_commit, with_transaction
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -97,7 +98,7 @@ class DirectAppender:
         from deltalake import DeltaTable
 
         self.location = location
-        self._table = DeltaTable(location, storage_options=dict(storage_options or {}) or None)
+        self._table = DeltaTable(location, storage_options=deltalake_options(storage_options))
 
     def refusal(self) -> str | None:
         """Why the table needs Delta's writer now (None: it does not)."""
@@ -119,7 +120,8 @@ class DirectAppender:
         actions: list[AddAction | RemoveAction] = [AddAction(f"{directory}/{path.rsplit('/', 1)[1]}", size, {}, modified, True,
                              json.dumps({"numRecords": records}))
                    for path, size, modified, records in _written_files(rows, target)]
-        properties = CommitProperties(custom_metadata={"userMetadata": user_metadata},
+        properties = CommitProperties(custom_metadata={"userMetadata": with_transaction(user_metadata,
+                                                                                        (app_id, txn_version))},
                                       app_transactions=[Transaction(app_id, txn_version)])
 
         def attempt() -> bool:

@@ -1,30 +1,31 @@
-"""One Delta table as spark-flow reads and writes it: the store's interface, with ``deltalake``.
+"""One Delta table as spark-flow reads and writes it: the store's interface, and the choice of
+its implementation.
 
-Everything above the store reads a table through :class:`Table` and its module functions: rows,
-a MERGE described by :class:`Merge` (its predicate the compare-and-set), an append once under an
-app transaction (``txnAppId``/``txnVersion``) with the commit's metadata, commit infos and
-change data between versions, table properties, whether a table (or one of its commits) is
-there. None of it holds a ``deltalake`` object, so an implementation through a SparkSession
-(Spark SQL's ``MERGE``, ``DESCRIBE HISTORY``, Delta's idempotent writes) can take this one's
-place. A commit that loses a race is built again on a fresh snapshot (:func:`retry_commit`, the
-one retry of the package).
+Everything above the store reads a table through :class:`Table` and this module's functions:
+rows, a MERGE described by :class:`Merge` (its predicate the compare-and-set), an append once
+under an app transaction (``txnAppId``/``txnVersion``) with the commit's metadata, commit infos
+and change data between versions, table properties, whether a table (or one of its commits) is
+there. Two implementations (docs/design.md 2.10): ``deltalake`` in this Python
+(:mod:`~spark_flow.store.lake`) and the engine, the SparkSession at hand
+(:mod:`~spark_flow.store.engine`), chosen per location by ``spark.flow.io``
+(:mod:`~spark_flow.store.io`). Predicates are written in the SQL both speak (``t.a = s.a``,
+``coalesce``, string literals by :func:`sql_string`). A commit that loses a race is built again
+on a fresh snapshot (:func:`retry_commit`, the one retry of the package).
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from spark_flow.rules.columns import Column
-from spark_flow.store.access import named_access_errors
+from spark_flow.store.io import uses_engine
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from deltalake import DeltaTable
-    from deltalake.table import TableMerger
 
 T = TypeVar("T")
 
@@ -49,16 +50,50 @@ def retry(action: Callable[[], T], conflicts: tuple[type[Exception], ...], *, at
     return action()
 
 
+class CommitConflict(Exception):
+    """A commit the engine refused because another landed first (Delta's concurrent
+    modification exceptions, as either kind of client raises them): built again on a fresh snapshot."""
+
+
 def retry_commit(action: Callable[[], T]) -> T:
     """Run a Delta commit, again on a fresh snapshot while a concurrent commit conflicts with it."""
     from deltalake.exceptions import CommitFailedError
 
-    return retry(action, (CommitFailedError,))
+    return retry(action, (CommitFailedError, CommitConflict))
+
+
+#: The key of a commit's ``userMetadata`` that names its app transaction: Spark SQL shows no
+#: ``txn`` action, so the engine finds a transaction's last version in the commit infos.
+TRANSACTION_KEY = "spark_flow_txn"
+
+
+def with_transaction(user_metadata: str | None, transaction: tuple[str, int] | None) -> str | None:
+    """A commit's ``userMetadata`` naming its app ``transaction`` too (a JSON object's entry;
+    metadata of another form is left as it is)."""
+    if transaction is None:
+        return user_metadata
+    try:
+        parsed = json.loads(user_metadata) if user_metadata else {}
+    except ValueError:
+        return user_metadata
+    if not isinstance(parsed, dict):
+        return user_metadata
+    return json.dumps({**parsed, TRANSACTION_KEY: [transaction[0], int(transaction[1])]})
+
+
+def transaction_of(info: Mapping[str, Any]) -> tuple[str, int] | None:
+    """The app transaction a commit info's ``userMetadata`` names (:func:`with_transaction`)."""
+    try:
+        parsed = json.loads(info.get("userMetadata") or "")
+    except ValueError:
+        return None
+    found = parsed.get(TRANSACTION_KEY) if isinstance(parsed, dict) else None
+    return (str(found[0]), int(found[1])) if isinstance(found, list) and len(found) == 2 else None
 
 
 def sql_string(text: str) -> str:
-    """A string literal in a store predicate (DataFusion's SQL): a quote is doubled. Spark SQL
-    reads ``''`` as two literals run together, so Spark statements use ``spark_sql_string``."""
+    """A string literal in a store predicate: a quote doubled, as DataFusion's SQL writes it (the
+    engine turns it into Spark SQL's form)."""
     return "'" + text.replace("'", "''") + "'"
 
 
@@ -70,42 +105,6 @@ def arrow_fields(columns: Iterable[Column], *, nullable: bool | None = None) -> 
              "timestamp": pa.timestamp("us", tz="UTC"), "binary": pa.binary()}
     return [pa.field(c.name, types[c.kind], nullable=c.nullable if nullable is None else nullable) for c in columns]
 
-
-def _options(storage_options: Mapping[str, str] | None) -> dict[str, str] | None:
-    return dict(storage_options or {}) or None
-
-
-def is_table(location: str, storage_options: Mapping[str, str] | None = None) -> bool:
-    """Whether a Delta table is at ``location``; a failure to reach it names what is missing."""
-    from deltalake import DeltaTable
-
-    with named_access_errors(location, storage_options or {}):
-        return bool(DeltaTable.is_deltatable(location, storage_options=_options(storage_options)))
-
-
-def create_empty(location: str, schema: pa.Schema, storage_options: Mapping[str, str] | None = None) -> None:
-    """Create an empty table at ``location``; raises if one is there."""
-    from deltalake import write_deltalake
-
-    write_deltalake(location, schema.empty_table(), mode="error", storage_options=_options(storage_options))
-
-
-def append(location: str, rows: pa.Table, storage_options: Mapping[str, str] | None = None, *,
-           transaction: tuple[str, int] | None = None, user_metadata: str | None = None,
-           commit_info: Mapping[str, str] | None = None, properties: Mapping[str, str] | None = None,
-           merge_schema: bool = False) -> None:
-    """Append ``rows`` at ``location`` in one commit (the table created if it is not there, with
-    ``properties``), under the app ``transaction`` (``txnAppId``, ``txnVersion``), with
-    ``user_metadata`` and further ``commit_info`` entries; ``merge_schema`` adds the columns the
-    table lacks."""
-    from deltalake import CommitProperties, Transaction, write_deltalake
-
-    custom = {**(commit_info or {}), **({"userMetadata": user_metadata} if user_metadata is not None else {})}
-    committed = CommitProperties(custom_metadata=custom or None,
-                                 app_transactions=[Transaction(*transaction)] if transaction else None)
-    write_deltalake(location, rows, mode="append", schema_mode="merge" if merge_schema else None,
-                    configuration=dict(properties) if properties else None, commit_properties=committed,
-                    storage_options=_options(storage_options))
 
 
 @dataclass(frozen=True)
@@ -120,188 +119,127 @@ class Merge:
     update_when: str | None = None
     insert: Mapping[str, str] | Literal["*"] | None = None
 
-    def clauses(self, merger: TableMerger) -> TableMerger:
-        if self.update == ALL:
-            merger = merger.when_matched_update_all(predicate=self.update_when)
-        elif self.update is not None:
-            merger = merger.when_matched_update(dict(self.update), predicate=self.update_when)
-        if self.insert == ALL:
-            merger = merger.when_not_matched_insert_all()
-        elif self.insert is not None:
-            merger = merger.when_not_matched_insert(dict(self.insert))
-        return merger
 
+class Table(Protocol):
+    """A Delta table at ``location`` (at its ``version``, or as new as :meth:`refresh` made it)."""
 
-class Table:
-    """A Delta table at ``location`` (at its ``version``, or as new as :meth:`refresh` made it).
-
-    Parameters
-    ----------
-    location : str
-    storage_options : mapping, optional
-        deltalake storage options (object store credentials).
-    version : int, optional
-        The table as of this version, not caught up.
-    """
-
-    def __init__(self, location: str, storage_options: Mapping[str, str] | None = None, *,
-                 version: int | None = None) -> None:
-        from deltalake import DeltaTable
-
-        self.location = location
-        self.storage_options = dict(storage_options or {})
-        self._delta: DeltaTable = DeltaTable(location, version=version, storage_options=_options(storage_options))
-        self._files: Any = None  # deltalake's file system on the table, made at the first look at a commit
-
-    @classmethod
-    def find(cls, location: str, storage_options: Mapping[str, str] | None = None) -> Table | None:
-        """The table at ``location``, None while there is none."""
-        if not is_table(location, storage_options):
-            return None
-        with named_access_errors(location, storage_options or {}):
-            return cls(location, storage_options)
+    location: str
+    storage_options: dict[str, str]
 
     def version(self) -> int:
         """The version as of the last refresh."""
-        return int(self._delta.version())
 
     def refresh(self) -> int:
         """Catch up with the table's log; return its latest version."""
-        self._delta.update_incremental()
-        return self.version()
 
     def properties(self) -> dict[str, str]:
-        return dict(self._delta.metadata().configuration)
+        """The table's properties."""
 
     def arrow_schema(self) -> pa.Schema:
-        import pyarrow as pa
-
-        return pa.schema(self._delta.schema().to_arrow())
+        """The table's columns as Arrow."""
 
     def schema_json(self) -> str:
         """The table's schema as the Delta log records it (Spark's JSON form)."""
-        return str(self._delta.schema().to_json())
 
     def transaction_version(self, app_id: str) -> int | None:
         """The last ``txnVersion`` committed by ``app_id`` (as of the last refresh), or None."""
-        done = self._delta.transaction_version(app_id)
-        return None if done is None else int(done)
 
     def has_commit(self, version: int) -> bool:
-        """Whether commit ``version`` is still in the log (one request): Delta never cleans up a
-        table's newest commit, and a table made again at the same path starts its log over."""
-        from deltalake.exceptions import TableNotFoundError
-        from deltalake.fs import DeltaStorageHandler
-        from pyarrow.fs import FileType
-
-        try:
-            if self._files is None:
-                self._files = DeltaStorageHandler(self.location, _options(self.storage_options))
-        except TableNotFoundError:  # a local directory that is gone
-            return False
-        commit = f"_delta_log/{version:020d}.json"
-        return bool(self._files.get_file_info([commit])[0].type != FileType.NotFound)
+        """Whether commit ``version`` is still in the log: Delta never cleans up a table's
+        newest commit, and a table made again at the same path starts its log over."""
 
     def commit_infos(self, first: int) -> list[dict[str, Any]]:
-        """The commit infos from version ``first`` on, newest first (``version``, ``timestamp``, ``operation``,
-        ``operationMetrics``, ``userMetadata`` and the writer's own entries). deltalake's
-        ``history(n)`` reads the newest n commits in storage but numbers them from the handle's
-        loaded version (deltalake 1.6.6): with a commit landed since the handle's last refresh,
-        every one would carry the number of the commit before it. So it is read again until the
-        handle was the newest before and after the read."""
-        while True:
-            newest = self.version()
-            infos = self._delta.history(newest - first + 1)
-            if self.refresh() == newest:
-                return [dict(info) for info in infos]
+        """The commit infos from version ``first`` on, newest first (``version``, ``timestamp``
+        in ms, ``operation``, ``operationMetrics``, ``userMetadata``)."""
 
     def changes(self, first: int, last: int) -> pa.Table:
         """The change data of versions ``first`` through ``last`` (``_change_type``,
-        ``_commit_version``, ``_commit_timestamp``), as deltalake reads it (view types)."""
-        import pyarrow as pa
-
-        return pa.table(self._delta.load_cdf(starting_version=first, ending_version=last))
+        ``_commit_version``, ``_commit_timestamp``)."""
 
     def rows(self, columns: Sequence[str] | None = None, where: str | None = None) -> list[dict[str, Any]]:
-        """Every row (of ``columns``, matching the predicate ``where``), read with deltalake's
-        DataFusion query engine: 2 ms for a subscriptions table, where ``to_pyarrow_table``
-        (through ``pyarrow.dataset``) takes 5 ms, and a gate or source reads one again at each
-        new version."""
-        import pyarrow as pa
-        from deltalake import QueryBuilder
-
-        selected = ", ".join(f'"{c}"' for c in columns) if columns else "*"
-        query = f"SELECT {selected} FROM t" + (f" WHERE {where}" if where else "")
-        rows = pa.RecordBatchReader.from_stream(QueryBuilder().register("t", self._delta).execute(query)).read_all()
-        # pyarrow makes a zoned timestamp's datetime only after importing pandas (0.2-0.4 s the
-        # first time, in a source process Spark starts afresh for each query): read the UTC wall
-        # time (a zero-copy view: no compute kernels to import either) and put the zone back here.
-        zoned = [f for f in rows.schema if pa.types.is_timestamp(f.type) and f.type.tz]
-        for zoned_field in zoned:
-            wall = pa.timestamp(zoned_field.type.unit)
-            chunks = [chunk.view(wall) for chunk in rows.column(zoned_field.name).chunks]
-            rows = rows.set_column(rows.schema.get_field_index(zoned_field.name), zoned_field.with_type(wall),
-                                   pa.chunked_array(chunks, wall))
-        listed: list[dict[str, Any]] = rows.to_pylist()
-        for row in listed:
-            for zoned_field in zoned:
-                if row[zoned_field.name] is not None:
-                    row[zoned_field.name] = row[zoned_field.name].replace(tzinfo=UTC)
-        return listed
+        """Every row (of ``columns``, matching the predicate ``where``), timestamps in UTC."""
 
     def merge(self, rows: pa.Table, merge: Merge, *, merge_schema: bool = False) -> dict[str, Any]:
-        """MERGE ``rows`` into the table; Delta's metrics. ``merge_schema`` adds the columns the
-        clauses write that the table lacks."""
-        merger = self._delta.merge(rows, predicate=merge.on, source_alias="s", target_alias="t",
-                                   merge_schema=merge_schema)
-        return dict(merge.clauses(merger).execute())
+        """MERGE ``rows`` into the table; the metrics ``num_target_rows_updated`` and
+        ``num_target_rows_inserted``. ``merge_schema`` adds the columns the clauses write that
+        the table lacks."""
 
     def delete(self, predicate: str) -> None:
-        self._delta.delete(predicate)
+        """Delete the rows matching ``predicate``."""
 
     def add_columns(self, columns: Mapping[str, str]) -> None:
         """Add the nullable columns (name -> Delta primitive type) the table lacks."""
-        from deltalake.schema import Field, PrimitiveType
-
-        names = self._delta.schema().to_arrow().names
-        fields = [Field(name, PrimitiveType(kind), nullable=True) for name, kind in columns.items() if name not in names]
-        if fields:
-            self._delta.alter.add_columns(fields)
 
     def append(self, rows: pa.Table, *, transaction: tuple[str, int] | None = None,
                user_metadata: str | None = None, merge_schema: bool = False) -> None:
-        """Append ``rows`` in one commit to this table as of its last refresh (a concurrent
-        commit in conflict fails it: retry on a fresh snapshot)."""
-        from deltalake import CommitProperties, Transaction, write_deltalake
-
-        write_deltalake(self._delta, rows, mode="append", schema_mode="merge" if merge_schema else None,
-                        commit_properties=CommitProperties(
-                            custom_metadata={"userMetadata": user_metadata} if user_metadata is not None else None,
-                            app_transactions=[Transaction(*transaction)] if transaction else None))
+        """Append ``rows`` in one commit (a concurrent commit in conflict fails it: retry)."""
 
     def set_properties(self, properties: Mapping[str, str]) -> None:
-        """Set table properties, as a compare-and-set on the table's metadata."""
-        self._delta.alter.set_table_properties(dict(properties), raise_if_not_exists=False)
+        """Set table properties."""
 
     def live_files(self) -> dict[str, tuple[int, int]]:
         """The table's data files at this version: path -> (bytes, rows)."""
-        import pyarrow as pa
-
-        actions = pa.table(self._delta.get_add_actions(flatten=True)).to_pylist()
-        return {row["path"]: (int(row["size_bytes"]), int(row["num_records"] or 0)) for row in actions}
 
     def remove_files(self, files: Mapping[str, int], *, transaction: tuple[str, int], user_metadata: str) -> None:
-        """Commit the removal of ``files`` (path -> bytes) with ``dataChange=false``, so change
-        feeds and streaming readers skip it, under the app ``transaction``."""
-        from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
+        """Commit the removal of ``files`` (path -> bytes) with ``dataChange=false``."""
 
-        now = int(time.time() * 1000)
-        removes: list[AddAction | RemoveAction] = [
-            RemoveAction(path, data_change=False, deletion_timestamp=now, size=size) for path, size in files.items()]
-        self._delta.create_write_transaction(
-            removes, "append", self._delta.schema(),
-            commit_properties=CommitProperties(custom_metadata={"userMetadata": user_metadata},
-                                               app_transactions=[Transaction(*transaction)]))
+
+def open_table(location: str, storage_options: Mapping[str, str] | None = None, *,
+               version: int | None = None) -> Table:
+    """The table at ``location``, read the way this process reaches it (:mod:`spark_flow.store.io`)."""
+    if uses_engine(location, storage_options):
+        from spark_flow.store.engine import EngineTable
+
+        return EngineTable(location, storage_options, version=version)
+    from spark_flow.store.lake import LakeTable
+
+    return LakeTable(location, storage_options, version=version)
+
+
+def find_table(location: str, storage_options: Mapping[str, str] | None = None) -> Table | None:
+    """The table at ``location``, None while there is none."""
+    return open_table(location, storage_options) if is_table(location, storage_options) else None
+
+
+def is_table(location: str, storage_options: Mapping[str, str] | None = None) -> bool:
+    """Whether a Delta table is at ``location``; a failure to reach it names what is missing."""
+    if uses_engine(location, storage_options):
+        from spark_flow.store.engine import engine_is_table
+
+        return engine_is_table(location, storage_options)
+    from spark_flow.store.lake import lake_is_table
+
+    return lake_is_table(location, storage_options)
+
+
+def create_empty(location: str, schema: pa.Schema, storage_options: Mapping[str, str] | None = None) -> None:
+    """Create an empty table at ``location``; raises if one is there."""
+    if uses_engine(location, storage_options):
+        from spark_flow.store.engine import engine_create_empty
+
+        engine_create_empty(location, schema, storage_options)
+        return
+    from spark_flow.store.lake import lake_create_empty
+
+    lake_create_empty(location, schema, storage_options)
+
+
+def append(location: str, rows: pa.Table, storage_options: Mapping[str, str] | None = None, *,
+           transaction: tuple[str, int] | None = None, user_metadata: str | None = None,
+           properties: Mapping[str, str] | None = None, merge_schema: bool = False) -> None:
+    """Append ``rows`` at ``location`` in one commit (the table created if it is not there, with
+    ``properties``), under the app ``transaction`` (``txnAppId``, ``txnVersion``), with
+    ``user_metadata``; ``merge_schema`` adds the columns the table lacks."""
+    if uses_engine(location, storage_options):
+        from spark_flow.store.engine import engine_append
+
+        engine_append(location, rows, storage_options, transaction=transaction, user_metadata=user_metadata,
+                      properties=properties, merge_schema=merge_schema)
+        return
+    from spark_flow.store.lake import lake_append
+
+    lake_append(location, rows, storage_options, transaction=transaction, user_metadata=user_metadata,
+                properties=properties, merge_schema=merge_schema)
 
 
 def write_and_read(location: str, storage_options: Mapping[str, str] | None = None) -> int:
@@ -309,6 +247,8 @@ def write_and_read(location: str, storage_options: Mapping[str, str] | None = No
     read. A failure to reach the storage names what is missing."""
     import pyarrow as pa
 
+    from spark_flow.store.access import named_access_errors
+
     with named_access_errors(location, storage_options or {}):
         append(location, pa.table({"probe": [1]}), storage_options)
-        return len(Table(location, storage_options).rows())
+        return len(open_table(location, storage_options).rows())

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from spark_flow.exceptions import ConfigurationError, QueueNotFoundError
 from spark_flow.store.access import remove_location
-from spark_flow.store.table import Merge, Table, append, create_empty, retry_commit
+from spark_flow.store.table import Merge, Table, append, create_empty, find_table, retry_commit
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -158,7 +158,7 @@ class RecordTable:
         if self._table is not None:
             self._table.refresh()
         else:
-            self._table = Table.find(self.location, self.storage_options)
+            self._table = find_table(self.location, self.storage_options)
         return self._table
 
     def rows(self, columns: list[str] | None = None, where: str | None = None) -> list[dict[str, Any]]:

@@ -1,8 +1,11 @@
 """Governed compute, as Databricks standard and serverless compute are: the Spark engine holds the
 storage's credentials (here a Hadoop credential store its JVM reads), the Python that runs
 spark-flow's code (the client, the server's foreachBatch and data source workers, the CLI) has
-none. Each entry point fails before it writes to a queue, with one line naming what is missing and
-where to give it; given credentials through ``spark.flow.storage.*``, it works."""
+none. There spark-flow reads and writes through the engine (``spark.flow.io`` auto or engine): a
+producer and a consumer, each a job of its own run to completion (``availableNow``, serverless's
+only trigger), share a queue under flow control. Told to use deltalake, each entry point fails
+before it writes to a queue, with one line naming what is missing and where to give it; given
+credentials through ``spark.flow.storage.*``, it works."""
 
 from __future__ import annotations
 
@@ -30,6 +33,7 @@ from spark_flow import declare, enqueue_stream, open_queue, read_queue, start_co
 
 url, queue, home, key, secret = sys.argv[1:]
 spark = SparkSession.builder.remote(url).getOrCreate()
+spark.conf.set("spark.flow.io", "deltalake")  # this Python's own reads: what each entry point lacks
 seen = {}
 
 def attempt(name, action):
@@ -89,7 +93,7 @@ def _keys(governed: Governed, prefix: str) -> list[str]:
     return sorted(item["Key"] for item in s3.list_objects_v2(Bucket="flow", Prefix=prefix).get("Contents", []))
 
 
-def test_governed_compute_each_entry_point_names_the_missing_credentials(governed_connect: Governed,
+def test_told_to_use_deltalake_each_entry_point_names_the_missing_credentials(governed_connect: Governed,
                                                                          tmp_path: Path) -> None:
     """On the governed server: declare refused before Spark creates the table, then working with
     ``spark.flow.storage.*``; the producer failing its first batch with the queue unchanged; the

@@ -12,7 +12,7 @@ from deltalake import CommitProperties, write_deltalake
 
 from spark_flow.rules.depth import METADATA_KEY, Commit, Depth, Position, commit_from_info
 from spark_flow.store.ledger import Ledger
-from spark_flow.store.table import Table
+from spark_flow.store.table import open_table
 
 TIMESTAMP = 1795336486014
 
@@ -155,7 +155,7 @@ def test_ledger_reads_sink_and_plain_commits_from_a_real_log(tmp_path: Path) -> 
     append(path, 2)  # version 0: plain delta-rs write, 2 rows, no bytes reported
     append(path, 3, commit_properties=CommitProperties(custom_metadata={"userMetadata": sink_metadata(3, 27)}))
     append(path, 4)
-    ledger = Ledger(Table(str(path)))
+    ledger = Ledger(open_table(str(path)))
     assert [(c.version, c.count, c.size) for c in ledger.commits(after=-1)] == [(0, 2, 0), (1, 3, 27), (2, 4, 0)]
     assert ledger.depth(after=-1) == Depth(9, 27)
     assert ledger.depth(after=0) == Depth(7, 27)
@@ -180,7 +180,7 @@ def test_a_commit_is_shared_out_by_message() -> None:
 def test_ledger_sees_new_commits_only_after_refresh(tmp_path: Path) -> None:
     path = tmp_path / "q"
     append(path)
-    ledger = Ledger(Table(str(path)))
+    ledger = Ledger(open_table(str(path)))
     append(path)
     assert ledger.depth(after=-1) == Depth(1, 0)
     assert ledger.refresh() == 1
@@ -192,7 +192,7 @@ def test_forget_drops_acknowledged_commits_and_rereads_them_if_asked(tmp_path: P
     path = tmp_path / "q"
     for _ in range(4):
         append(path)
-    ledger = Ledger(Table(str(path)))
+    ledger = Ledger(open_table(str(path)))
     assert ledger.depth(after=-1) == Depth(4, 0)
     assert ledger.reads == 4
     ledger.forget(upto=2)
@@ -210,7 +210,7 @@ def test_depth_after_1000_consumed_messages_reads_only_the_commits_since(tmp_pat
     append(path, 5, configuration={"delta.checkpointInterval": "20"})
     for _ in range(199):
         append(path, 5)
-    ledger = Ledger(Table(str(path)))
+    ledger = Ledger(open_table(str(path)))
     assert ledger.reads == 0
 
     for _ in range(3):
@@ -236,7 +236,7 @@ def test_a_commit_landing_while_a_handle_is_stale_keeps_its_own_number(tmp_path:
     path = str(tmp_path / "q")
     for rows in (1, 2, 3):
         write_deltalake(path, pa.table({"id": list(range(rows))}), mode="append")
-    ledger = Ledger(Table(path))
+    ledger = Ledger(open_table(path))
     latest = ledger.refresh()
     write_deltalake(path, pa.table({"id": list(range(7))}), mode="append")  # another process, meanwhile
     assert [(c.version, c.count) for c in ledger.commits(-1, latest)] == [(0, 1), (1, 2), (2, 3)]

@@ -15,10 +15,10 @@ from spark_flow.spark.source import read_queue
 SCHEMA = "id BIGINT, producer STRING"
 
 
-def test_qpid_capacity_example_two_producers_bounded_then_resumed(spark: SparkSession, tmp_path: Path) -> None:
+def test_qpid_capacity_example_two_producers_bounded_then_resumed(spark: SparkSession, tmp_path: Path, io: str) -> None:
     """Stop 100, producers of capacity 50 and 15, no consumer: the depth stays <= 165 and both
     are held; a held query stops promptly and restarts; once a consumer drains under resume
-    both go on, and every message arrives exactly once."""
+    both go on, and every message arrives exactly once. In both stores."""
     path = str(tmp_path / "q")
     queue = declare(spark, path, SCHEMA, settings={"stopCount": 100, "resumeCount": 50})
     p1, _ = start_producer(spark, path, tmp_path / "p1", "p1", 200, options={"capacity": 50})
@@ -37,7 +37,7 @@ def test_qpid_capacity_example_two_producers_bounded_then_resumed(spark: SparkSe
     p2, _ = start_producer(spark, path, tmp_path / "p2", "p2", 60, options={"capacity": 15})
 
     held_counts = _counts_by_producer(spark, path)
-    consumer = start_consumer(spark, path, tmp_path / "c", tmp_path / "out", maxRecordsPerTrigger=40)
+    consumer = start_consumer(spark, path, tmp_path / "c", tmp_path / "out", **_limit(io, 40))
     wait_until(lambda: not queue.subscriptions.get("default").flow_stopped, 90)
     wait_until(lambda: all(n > held_counts.get(p, 0) for p, n in _counts_by_producer(spark, path).items())
                and len(_counts_by_producer(spark, path)) == 2, 90)
@@ -53,6 +53,12 @@ def test_qpid_capacity_example_two_producers_bounded_then_resumed(spark: SparkSe
     assert enqueued.groupBy("producer", "id").count().filter("count > 1").count() == 0
     max_depth = _max_depth_while_stopped(queue)
     assert max_depth <= 165
+
+
+def _limit(io: str, messages: int) -> dict[str, int]:
+    """A consumer's read limit: Delta's source (the engine's consumer) limits by files, one
+    or two a commit here."""
+    return {"maxRecordsPerTrigger": messages} if io == "deltalake" else {"maxFilesPerTrigger": 2}
 
 
 def _counts_by_producer(spark: SparkSession, path: str) -> dict[str, int]:
@@ -85,10 +91,10 @@ def test_900_500_on_a_1000_queue_through_spark(spark: SparkSession, tmp_path: Pa
     assert (on["stop_count"], on["resume_count"]) == (900, 500)
 
 
-def test_exactly_once_across_restarts(spark: SparkSession, tmp_path: Path) -> None:
+def test_exactly_once_across_restarts(spark: SparkSession, tmp_path: Path, io: str) -> None:
     """Producer and consumer stopped and restarted mid-stream from their checkpoints: every
     message arrives once, in enqueue order per producer (a capacity no batch reaches: the
-    chunks of a larger batch are cut in content order, not in production order)."""
+    chunks of a larger batch are cut in content order, not in production order). In both stores."""
     path = str(tmp_path / "q")
     queue = declare(spark, path, SCHEMA, settings={"stopCount": 400, "resumeCount": 200})
     for round_ in range(3):

@@ -413,8 +413,8 @@ def prometheus_server(targets: list[str], work: Path, scrape_interval: str = "1s
 class Governed:
     """A Spark Connect server whose engine alone holds the storage's credentials: its ``url``,
     the S3 ``endpoint`` (bucket ``flow``), the engine's ``key`` and ``secret`` (for the test's
-    own checks), the object store conf without them (what a client or the CLI is given) and the
-    environment its Python and a client's run with (instance metadata refusing)."""
+    own checks), the object store conf without them (what a client or the CLI is given), the
+    environment its Python and a client's run with (instance metadata refusing) and its log."""
 
     url: str
     endpoint: str
@@ -422,3 +422,4 @@ class Governed:
     secret: str
     conf: dict[str, str]
     env: dict[str, str]
+    log: Path

@@ -1,0 +1,345 @@
+"""One Delta table read and written through the engine: the SparkSession at hand (classic or
+Spark Connect), for governed compute, where only the engine holds the storage's credentials
+(``spark.flow.io`` engine, or auto where this Python does not reach the storage).
+
+Every call is Spark SQL or the DataFrame API, as Delta documents them: ``DESCRIBE HISTORY`` for
+versions and commit infos, ``DESCRIBE DETAIL`` for properties, the change feed for messages,
+``MERGE INTO`` with the same predicates as deltalake's (the compare-and-set), ``DELETE``, ``ALTER
+TABLE``, and Delta's idempotent writes (``txnAppId``/``txnVersion``, ``userMetadata``). Spark SQL
+shows no ``txn`` action, so a transaction's last version is read from the commit infos, whose
+``userMetadata`` names it (:func:`~spark_flow.store.table.with_transaction`, written by both ways).
+Nothing here touches ``_jvm`` or a SparkContext: it runs under Spark Connect as it is.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from collections.abc import Mapping, Sequence
+from datetime import UTC
+from typing import TYPE_CHECKING, Any
+
+from spark_flow.exceptions import ConfigurationError
+from spark_flow.rules.storage_options import IO_OPTION
+from spark_flow.store.io import engine_session
+from spark_flow.store.table import ALL, CommitConflict, Merge, transaction_of, with_transaction
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame, SparkSession
+
+#: Delta's answers for "no Delta table there", in either client's error text.
+_NO_TABLE = re.compile(r"DELTA_MISSING_DELTA_TABLE|DELTA_TABLE_ONLY_OPERATION|DELTA_PATH_DOES_NOT_EXIST|"
+                       r"DELTA_INVALID_PARTITION_PATH|"
+                       r"PATH_NOT_FOUND|TABLE_OR_VIEW_NOT_FOUND|DELTA_TABLE_NOT_FOUND|is not a Delta table")
+#: How long (seconds) a path found without a table is taken to have none (a queue's run-time
+#: settings, made by the first ``spark-flow set``, are looked for at every look at the queue).
+_ABSENT_FOR = 1.0
+_ABSENT: dict[str, float] = {}  # path -> when it was found without a table
+#: Operations that change a table's rows, never its properties or schema: a handle keeps its
+#: ``DESCRIBE DETAIL`` across them (a queue's appends, its state's MERGEs).
+DATA_OPERATIONS = frozenset({"WRITE", "STREAMING UPDATE", "MERGE", "DELETE", "UPDATE", "OPTIMIZE"})
+#: How recent (seconds) a look at the table's newest version answers whether it is still there
+#: (a deleted queue is found within a producer's poll).
+_JUST_SEEN = 1.0
+#: Delta's concurrent-modification failures: the commit is built again on a fresh snapshot.
+_CONFLICT = re.compile(r"Concurrent\w*Exception|MetadataChangedException|ProtocolChangedException|"
+                       r"DELTA_CONCURRENT|DELTA_METADATA_CHANGED|DELTA_PROTOCOL_CHANGED")
+def table_name(location: str) -> str:
+    """How Spark SQL names the table: a path as ``delta.`<path>```, a catalog name as it is."""
+    if "://" in location or location.startswith("/"):
+        return "delta.`" + location.replace("`", "``") + "`"
+    return location
+
+
+def _no_table(error: Exception) -> bool:
+    return bool(_NO_TABLE.search(str(error)))
+
+
+def _committed(spark_action: Any) -> Any:
+    """Run a write; Delta's concurrent-modification failure raised as :class:`CommitConflict`."""
+    try:
+        return spark_action()
+    except Exception as error:
+        if _CONFLICT.search(type(error).__name__ + " " + str(error)):
+            raise CommitConflict(str(error).splitlines()[0] if str(error) else type(error).__name__) from error
+        raise
+
+
+def _frame(spark: SparkSession, rows: pa.Table) -> DataFrame:
+    """Arrow rows as a DataFrame (null-typed columns, which one_row gives a None, as strings)."""
+    import pyarrow as pa
+
+    columns = [rows.column(i).cast(pa.string()) if pa.types.is_null(f.type) else rows.column(i)
+               for i, f in enumerate(rows.schema)]
+    fields = [f.with_type(pa.string()) if pa.types.is_null(f.type) else f for f in rows.schema]
+    if not rows.num_rows:  # Spark Connect infers no schema from an empty table (CANNOT_INFER_EMPTY_SCHEMA)
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        return spark.createDataFrame([], from_arrow_schema(pa.schema(fields)))
+    return spark.createDataFrame(pa.Table.from_arrays(columns, schema=pa.schema(fields)))
+
+
+def engine_is_table(location: str, storage_options: Mapping[str, str] | None = None) -> bool:
+    """Whether a Delta table is at ``location``, as the engine sees it. A path is looked at by
+    listing its log through the engine's file source: Delta's own look at a path inside another
+    table (a queue's state, ``<queue>/_flow/...``) prints a warning about partition paths before
+    it fails. The log is named by a glob (``_delta_log`` is hidden to a file source named
+    plainly) given twice (Spark's look for a streaming sink's metadata at a single path logs a
+    stack when the path is not there)."""
+    spark = engine_session(location)
+    if time.monotonic() - _ABSENT.get(location, -math.inf) < _ABSENT_FOR:
+        return False
+    if table_name(location) != location:
+        log = location.rstrip("/") + "/_delta_lo[g]/*"
+        try:
+            if spark.read.format("binaryFile").load([log, log]).select("path").limit(1).collect():
+                return True
+        except Exception as error:
+            if not _no_table(error):
+                raise
+        _ABSENT[location] = time.monotonic()
+        return False
+    try:
+        detail = spark.sql(f"DESCRIBE DETAIL {location}").collect()
+    except Exception as error:
+        if _no_table(error):
+            return False
+        raise
+    return bool(detail) and detail[0]["format"] == "delta"
+
+
+def made_elsewhere(location: str) -> None:
+    """Forget that ``location`` was found without a table: Spark SQL made one there, outside the
+    store (``declare``'s ``CREATE TABLE``)."""
+    _ABSENT.pop(location, None)
+
+
+def engine_create_empty(location: str, schema: pa.Schema, storage_options: Mapping[str, str] | None = None) -> None:
+    """Create an empty table at ``location``; raises if one is there."""
+    # "error", not "errorifexists", which Spark Connect's client refuses (UNSUPPORTED_OPERATION)
+    writer = _frame(engine_session(location), schema.empty_table()).write.format("delta").mode("error")
+    _ABSENT.pop(location, None)
+    writer.save(location) if table_name(location) != location else writer.saveAsTable(location)
+
+
+def engine_append(location: str, rows: pa.Table, storage_options: Mapping[str, str] | None = None, *,
+                  transaction: tuple[str, int] | None = None, user_metadata: str | None = None,
+                  properties: Mapping[str, str] | None = None, merge_schema: bool = False) -> None:
+    """Append ``rows`` at ``location`` in one commit (the table created if it is not there, with
+    ``properties``: Delta takes ``delta.*`` ones as a new table's), under the app
+    ``transaction``, with ``user_metadata`` naming it."""
+    writer = _frame(engine_session(location), rows).write.format("delta").mode("append")
+    for key, value in (properties or {}).items():
+        writer = writer.option(key, value)
+    if transaction is not None:
+        writer = writer.option("txnAppId", transaction[0]).option("txnVersion", str(transaction[1]))
+    metadata = with_transaction(user_metadata, transaction)
+    if metadata is not None:
+        writer = writer.option("userMetadata", metadata)
+    if merge_schema:
+        writer = writer.option("mergeSchema", "true")
+    _ABSENT.pop(location, None)
+    _committed(lambda: writer.save(location) if table_name(location) != location else writer.saveAsTable(location))
+
+
+def _assignments(assigned: Mapping[str, str]) -> str:
+    return ", ".join(f"`{column}` = {expression}" for column, expression in assigned.items())
+
+
+def merge_sql(target: str, merge: Merge, *, merge_schema: bool = False) -> str:
+    """A :class:`Merge` as Spark SQL's ``MERGE INTO`` of the source ``{s}``."""
+    clauses = []
+    if merge.update is not None:
+        when = f" AND ({merge.update_when})" if merge.update_when else ""
+        action = "UPDATE SET *" if merge.update == ALL else f"UPDATE SET {_assignments(merge.update)}"
+        clauses.append(f"WHEN MATCHED{when} THEN {action}")
+    if merge.insert == ALL:
+        clauses.append("WHEN NOT MATCHED THEN INSERT *")
+    elif merge.insert is not None:
+        names = ", ".join(f"`{column}`" for column in merge.insert)
+        clauses.append(f"WHEN NOT MATCHED THEN INSERT ({names}) VALUES ({', '.join(merge.insert.values())})")
+    evolution = " WITH SCHEMA EVOLUTION" if merge_schema else ""
+    return f"MERGE{evolution} INTO {target} t USING {{s}} s ON {merge.on} " + " ".join(clauses)
+
+
+class EngineTable:
+    """A Delta table at ``location`` read and written through the SparkSession (at its
+    ``version``, or as new as :meth:`refresh` made it).
+
+    Parameters
+    ----------
+    location : str
+        A path, or a catalog table's name.
+    storage_options : mapping, optional
+        The process's storage options (``spark.flow.io``); the engine has its own credentials.
+    version : int, optional
+        The table as of this version, not caught up.
+    """
+
+    def __init__(self, location: str, storage_options: Mapping[str, str] | None = None, *,
+                 version: int | None = None) -> None:
+        self.location = location
+        self.storage_options = dict(storage_options or {})
+        self._spark = engine_session(location)
+        self._name = table_name(location)
+        self._pinned = version
+        self._seen = (-math.inf, -1)  # when the newest version was last read, and which
+        self._detail: tuple[int, dict[str, Any]] | None = None  # DESCRIBE DETAIL, as of a version
+        self._operations: dict[int, str] = {}  # each commit's operation, as the history read gave it
+        self._version = self._latest() if version is None else version
+        self._transactions: dict[str, int] = {}  # app -> last txnVersion in the commits scanned
+        self._scanned = -1  # the newest version whose commit info was scanned for transactions
+
+    def _latest(self) -> int:
+        try:
+            found = self._spark.sql(f"DESCRIBE HISTORY {self._name} LIMIT 1").collect()
+        except Exception as error:
+            if _no_table(error):
+                raise FileNotFoundError(f"no Delta table at {self.location}") from error
+            raise
+        self._seen = (time.monotonic(), int(found[0]["version"]))
+        self._operations[self._seen[1]] = str(found[0]["operation"])
+        return self._seen[1]
+
+    def _reader(self) -> DataFrame:
+        reader = self._spark.read.format("delta")
+        if self._pinned is not None:
+            reader = reader.option("versionAsOf", self._pinned)
+        return reader.load(self.location) if self._name != self.location else reader.table(self.location)
+
+    def version(self) -> int:
+        return self._version
+
+    def refresh(self) -> int:
+        if self._pinned is None:
+            self._version = self._latest()
+        return self._version
+
+    def _described(self) -> dict[str, Any]:
+        """``DESCRIBE DETAIL``, read again only when a commit since may have changed the table's
+        metadata: the operations of the commits between are known from the history this handle
+        read (a queue's ledger reads every commit's), else read in one look."""
+        if self._detail is None or (self._detail[0] != self._version and self._metadata_changed(self._detail[0])):
+            row = self._spark.sql(f"DESCRIBE DETAIL {self._name}").collect()[0].asDict(recursive=True)
+            self._detail = (self._version, row)
+        return self._detail[1]
+
+    def _metadata_changed(self, since: int) -> bool:
+        """Whether a commit after version ``since`` (through this version) may change metadata."""
+        versions = range(since + 1, self._version + 1)
+        if any(version not in self._operations for version in versions):
+            self._history(since + 1, self._version)
+        return any(self._operations.get(version) not in DATA_OPERATIONS for version in versions)
+
+    def properties(self) -> dict[str, str]:
+        return dict(self._described().get("properties") or {})
+
+    def arrow_schema(self) -> pa.Schema:
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        return to_arrow_schema(self._reader().schema)
+
+    def schema_json(self) -> str:
+        return str(self._reader().schema.json())
+
+    def transaction_version(self, app_id: str) -> int | None:
+        """The last ``txnVersion`` of ``app_id``, from the commit infos that name one: the whole
+        history the first time, then only the commits since."""
+        if self._scanned < self._version:
+            for info in self._history(self._scanned + 1, self._version):
+                named = transaction_of(info)
+                if named is not None:
+                    self._transactions[named[0]] = max(named[1], self._transactions.get(named[0], -1))
+            self._scanned = self._version
+        return self._transactions.get(app_id)
+
+    def has_commit(self, version: int) -> bool:
+        """Whether commit ``version`` is in the log: the table's look a moment ago answers (a
+        look fails once the table is gone), else one look now."""
+        if time.monotonic() - self._seen[0] < _JUST_SEEN and self._seen[1] >= version:
+            return True
+        try:
+            return self._latest() >= version
+        except FileNotFoundError:
+            return False
+
+    def _history(self, first: int, last: int) -> list[dict[str, Any]]:
+        """The commit infos of versions ``first`` through ``last``, newest first: the newest
+        commits down to ``first`` (more, when commits landed since this handle's last look)."""
+        newest = max(self._seen[1], last)
+        while True:
+            limit = max(1, newest - first + 1)
+            frame = self._spark.sql(f"DESCRIBE HISTORY {self._name} LIMIT {limit}").selectExpr(
+                "version", "unix_millis(timestamp) AS timestamp", "operation", "operationMetrics", "userMetadata")
+            rows = [row.asDict(recursive=True) for row in frame.collect()]
+            if len(rows) < limit or min(int(row["version"]) for row in rows) <= first:
+                break  # down to ``first``, or to the oldest commit the log keeps
+            newest = max(int(row["version"]) for row in rows)
+        self._operations.update((int(row["version"]), str(row["operation"])) for row in rows)
+        return sorted((row for row in rows if first <= int(row["version"]) <= last), key=lambda r: -r["version"])
+
+    def commit_infos(self, first: int) -> list[dict[str, Any]]:
+        return self._history(first, self.refresh())
+
+    def changes(self, first: int, last: int) -> pa.Table:
+        reader = (self._spark.read.format("delta").option("readChangeFeed", "true")
+                  .option("startingVersion", first).option("endingVersion", last))
+        frame = reader.load(self.location) if self._name != self.location else reader.table(self.location)
+        return frame.toArrow()
+
+    def rows(self, columns: Sequence[str] | None = None, where: str | None = None) -> list[dict[str, Any]]:
+        frame = self._reader()
+        if where:
+            frame = frame.where(where)
+        if columns:
+            frame = frame.select(*[f"`{column}`" for column in columns])
+        listed: list[dict[str, Any]] = frame.toArrow().to_pylist()
+        for row in listed:
+            for key, value in row.items():
+                if hasattr(value, "tzinfo") and value.tzinfo is not None:
+                    row[key] = value.astimezone(UTC)
+        return listed
+
+    def merge(self, rows: pa.Table, merge: Merge, *, merge_schema: bool = False) -> dict[str, Any]:
+        source = _frame(self._spark, rows)
+        statement = merge_sql(self._name, merge, merge_schema=merge_schema)
+        [metrics] = _committed(lambda: self._spark.sql(statement, s=source).collect())
+        return {"num_target_rows_updated": int(metrics["num_updated_rows"]),
+                "num_target_rows_inserted": int(metrics["num_inserted_rows"]),
+                "num_target_rows_deleted": int(metrics["num_deleted_rows"])}
+
+    def delete(self, predicate: str) -> None:
+        _committed(lambda: self._spark.sql(f"DELETE FROM {self._name} WHERE {predicate}").collect())
+
+    def add_columns(self, columns: Mapping[str, str]) -> None:
+        names = set(self._reader().columns)
+        missing = [f"`{name}` {kind}" for name, kind in columns.items() if name not in names]
+        if missing:
+            _committed(lambda: self._spark.sql(f"ALTER TABLE {self._name} ADD COLUMNS ({', '.join(missing)})").collect())
+
+    def append(self, rows: pa.Table, *, transaction: tuple[str, int] | None = None,
+               user_metadata: str | None = None, merge_schema: bool = False) -> None:
+        engine_append(self.location, rows, self.storage_options, transaction=transaction, user_metadata=user_metadata,
+                      merge_schema=merge_schema)
+
+    def set_properties(self, properties: Mapping[str, str]) -> None:
+        listed = ", ".join(f"'{key}' = '{value}'" for key, value in properties.items())
+        _committed(lambda: self._spark.sql(f"ALTER TABLE {self._name} SET TBLPROPERTIES ({listed})").collect())
+
+    def live_files(self) -> dict[str, tuple[int, int]]:
+        frame = self._reader().groupBy("_metadata.file_path", "_metadata.file_size").count()
+        root = str(self._described().get("location") or self.location).rstrip("/") + "/"
+        return {str(row["file_path"]).removeprefix(root): (int(row["file_size"]), int(row["count"]))
+                for row in frame.collect()}
+
+    def remove_files(self, files: Mapping[str, int], *, transaction: tuple[str, int], user_metadata: str) -> None:
+        raise purge_refused()
+
+
+def purge_refused() -> ConfigurationError:
+    """A purge through the engine: Spark SQL has no removal of files that change feeds skip."""
+    return ConfigurationError(IO_OPTION, "engine", "deltalake for a purge: Spark SQL has no removal of files that "
+                              "change feeds skip (dataChange=false); run purge_acknowledged where this Python "
+                              "reaches the storage")
