@@ -3,7 +3,10 @@
 Only ``declare`` and ``doctor`` start Spark; the other commands read and append the home's Delta tables with
 ``deltalake``, so they answer in a second. On object storage they take the storage settings a
 Spark job has (``--properties-file``, the ``spark.hadoop.fs.s3a.*`` / ``fs.azure.*`` /
-``spark.flow.storage.*`` entries of a spark-defaults.conf) and ``--storage-option KEY=VALUE``. Commands that change something (``set``,
+``spark.flow.storage.*`` entries of a spark-defaults.conf) and ``--storage-option KEY=VALUE``.
+With ``--remote sc://host:port`` (or ``$SPARK_REMOTE``), as PySpark takes it, every command works
+through that Spark Connect session instead, with the engine's credentials alone (governed compute:
+``spark.flow.io=engine``, unless the properties file or the options set it). Commands that change something (``set``,
 ``unset``, ``stop-producers``, ``start-producers``) are checked, appended to the commands table and applied
 by the controller in order; ``set-home`` / ``unset-home`` (the home-wide limits) are recorded with the
 home at once; ``delete`` removes a queue at once (its producers and consumers fail at their next look).
@@ -20,14 +23,21 @@ from pathlib import Path
 from typing import Any
 
 from spark_flow.console.serve import DEFAULT_BIND, DEFAULT_PORT, TOKEN_ENV
-from spark_flow.exceptions import ConfigurationError, SparkFlowError, StorageAccessError, one_line
+from spark_flow.exceptions import (
+    ConfigurationError,
+    EngineUnreachableError,
+    SparkFlowError,
+    StorageAccessError,
+    one_line,
+)
 from spark_flow.ops.admin import FlowAdmin
 from spark_flow.records.commands import ALL_QUEUES
 from spark_flow.records.home import HOME_CONF
-from spark_flow.rules.storage_options import as_conf, storage_options
+from spark_flow.rules.storage_options import IO_OPTION, as_conf, storage_options
 from spark_flow.store.access import access_error
 
 HOME_ENV = "SPARK_FLOW_HOME"
+REMOTE_ENV = "SPARK_REMOTE"
 
 STATUS_COLUMNS = (
     ("queue", "queue"), ("subscription", "subscription"), ("depth_count", "depth"), ("depth_size", "bytes"),
@@ -58,9 +68,16 @@ def _parser() -> argparse.ArgumentParser:
                "  spark-flow serve --port 9108              # Prometheus /metrics and the console at /\n"
                "  spark-flow doctor events                  # this deployment checked as spark-flow uses it\n"
                "  spark-flow doctor --master yarn --conf spark.pyspark.python=/opt/venv/bin/python\n"
-               "  spark-flow --home s3a://bucket/flow --properties-file conf/object-storage.conf status")
+               "  spark-flow --home s3a://bucket/flow --properties-file conf/object-storage.conf status\n"
+               "  spark-flow --remote sc://host:15002 --home s3a://bucket/flow status   # through the engine alone")
     parser.add_argument("--home", default=os.environ.get(HOME_ENV),
                         help=f"the control plane's location ({HOME_CONF}); default ${HOME_ENV}")
+    parser.add_argument("--remote", default=os.environ.get(REMOTE_ENV), metavar="sc://HOST:PORT",
+                        help=f"a Spark Connect server, as PySpark's --remote (default ${REMOTE_ENV}): every command "
+                             "reads and writes the tables through that session, with the engine's credentials, "
+                             f"{IO_OPTION}=engine unless the properties file or --storage-option sets it (auto would "
+                             "take this Python's deltalake where it reaches the storage, and a path would be read "
+                             "here rather than where the server is)")
     parser.add_argument("--properties-file", metavar="FILE",
                         help="a Spark properties file (spark-defaults.conf format): its object store settings "
                              "(spark.hadoop.fs.s3a.*, spark.hadoop.fs.azure.*, spark.flow.storage.*) reach deltalake")
@@ -140,9 +157,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; errors print one line naming what was wrong and return 2.
 
     Run as the ``spark-flow`` script (no ``argv``), it ends the process itself with that
-    status (0 done, 1 storage failed or a doctor check did, 2 refused) through :func:`~spark_flow.spark.session.exit_process`: an interpreter
-    that used deltalake can abort at exit (delta-io/delta-rs#2184), which would turn either
-    status into 134, and scripts and schedulers read it.
+    status (0 done, 1 storage or the engine failed, a ``--remote`` server not answering among them,
+    or a doctor check did, 2 refused, a malformed ``--remote`` URL among them) through
+    :func:`~spark_flow.spark.session.exit_process`: an interpreter that used deltalake can abort at
+    exit (delta-io/delta-rs#2184), which would turn either status into 134, and scripts and
+    schedulers read it; it stops a Spark Connect session first and ends even where a Connect
+    client's threads would hold it (SPARK-NOTES 17).
     """
     if argv is not None:
         return _main(argv)
@@ -163,10 +183,13 @@ def _main(argv: Sequence[str] | None) -> int:
             raise ConfigurationError("--home", None, f"the control plane's location, or set ${HOME_ENV}")
         conf = {**read_properties(args.properties_file), **as_conf(_pairs(args.storage, secret=True))}
         if args.command == "doctor":
-            given = {**_pairs(args.spark_conf, secret=True), **({"spark.master": args.master} if args.master else {})}
-            return _doctor(args.home, args.queues, {**conf, **given})
+            conf.update({**_pairs(args.spark_conf, secret=True), **({"spark.master": args.master} if args.master else {})})
+        if args.remote:
+            _connect(args, conf)
+        if args.command == "doctor":
+            return _doctor(args.home, args.queues, conf)
         _run(FlowAdmin(args.home, storage_options(conf)), args, conf)
-    except StorageAccessError as error:
+    except (StorageAccessError, EngineUnreachableError) as error:
         print(f"spark-flow {args.command}: error: {error}", file=sys.stderr)
         return 1
     except SparkFlowError as error:
@@ -177,7 +200,33 @@ def _main(argv: Sequence[str] | None) -> int:
         print(f"spark-flow {args.command}: error: {named or f'cannot read {args.home}: {one_line(error)}'}",
               file=sys.stderr)
         return 1
+    except Exception as error:  # the engine's (a Spark Connect server's) failure: its first line, no stack
+        if not any(kind.__module__.startswith(("pyspark.", "py4j.")) for kind in type(error).__mro__):
+            raise
+        print(f"spark-flow {args.command}: error: the engine failed: {_engine_said(error)}", file=sys.stderr)
+        return 1
     return 0
+
+
+def _connect(args: argparse.Namespace, conf: dict[str, str]) -> None:
+    """The Spark Connect session ``--remote`` names, made this process's engine (every table read
+    through it: :func:`~spark_flow.store.io.attach`), ``spark.flow.io=engine`` unless set."""
+    from spark_flow.spark.session import remote_session
+    from spark_flow.store.io import attach
+
+    key = "--remote" if args.remote != os.environ.get(REMOTE_ENV) else f"${REMOTE_ENV}"
+    if args.command == "doctor" and args.master:
+        raise ConfigurationError("--master", args.master, f"no --master with {key}: the Spark Connect server has its own")
+    conf.setdefault(IO_OPTION, "engine")
+    storage_options(conf)  # a bad spark.flow.io or storage setting is refused before the server is asked
+    attach(remote_session(args.remote, {**conf, HOME_CONF: args.home}, key=key))
+
+
+def _engine_said(error: BaseException) -> str:
+    """A Spark error as one line, without the JVM's stack and causes (a Connect server's
+    ``JVM stacktrace``, py4j's ``at ...`` lines)."""
+    text = re.split(r"\nJVM stacktrace:|\n\s*at |\nCaused by:", str(error), maxsplit=1)[0]
+    return one_line(Exception(text))[:400]
 
 
 def read_properties(path: str | None) -> dict[str, str]:

@@ -230,3 +230,15 @@ class StorageAccessError(SparkFlowError, OSError):
         self.missing = missing
         self.fix = fix
         super().__init__(f"cannot use {location} from this Python process: {missing}; {fix}")
+
+
+class EngineUnreachableError(SparkFlowError, ConnectionError):
+    """Thrown when the Spark Connect server an entry point was given (``--remote``,
+    ``SPARK_REMOTE``, ``spark.remote``) does not answer: names where the URL came from, the URL
+    (its token hidden) and what was seen. A ``ConnectionError``: the engine, not a setting, failed."""
+
+    def __init__(self, key: str, url: str, seen: str) -> None:
+        self.key = key
+        self.url = url
+        super().__init__(f"{key}={url!r}: no Spark Connect server answered there ({seen}); allowed is the "
+                         "sc://host:port of a running Spark Connect server (port 15002 by default)")

@@ -3,9 +3,13 @@
 spark-flow reaches storage three ways, and a deployment can give each different things: Spark's
 engine (Delta and the object store's jars, its JVM's credentials), ``deltalake`` in the driver's
 Python, and ``deltalake`` in the executors' Python workers (the ``flowqueue`` source's reads,
-foreachBatch functions under Spark Connect). Each is tried for real under the home: a one-row
-Delta table written and read back, then removed; a failure names what is missing and where to
-give it. Then the home's tables and the queues named are read.
+foreachBatch functions under Spark Connect). Which store the driver uses, ``deltalake`` or the
+engine (``spark.flow.io``, docs/design.md 2.10), is said first, and why; in engine mode the
+driver's tables are tried through the engine and the executors' deltalake is not needed. Each
+is tried for real under the home: a one-row Delta table written and read back, then removed (in
+engine mode, where this Python may not reach the storage, what it cannot remove stays); a
+failure names what is missing and where to give it. Then the home's tables and the queues named
+are read.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from spark_flow.rules.names import queue_ref
 from spark_flow.spark.declare import queue_location
 from spark_flow.spark.session import session_storage_options
 from spark_flow.store.access import namenode_error, remove_location
+from spark_flow.store.io import chosen_mode, uses_engine
 from spark_flow.store.table import write_and_read as probe_table
 
 if TYPE_CHECKING:
@@ -45,6 +50,13 @@ _MISSING_JARS = (
      "spark.jars.packages, with Delta's spark.sql.extensions and spark.sql.catalog.spark_catalog "
      "(conf/spark-defaults.conf)"),
 )
+
+
+#: The driver's check, by the store it uses (:mod:`spark_flow.store.io`).
+DRIVER, DRIVER_ENGINE = "driver's deltalake", "driver through the engine"
+#: The executors' deltalake check in engine mode.
+EXECUTORS_IN_ENGINE_MODE = ("not needed in engine mode: no executor's Python reads a table itself (foreachBatch "
+                            "functions use their batch's session, consumers Delta's own source)")
 
 
 @dataclass(frozen=True)
@@ -125,9 +137,9 @@ def write_and_read(location: str, options: Mapping[str, str]) -> str:
     return f"wrote and read {location} ({probe_table(location, options)} row)"
 
 
-def _executor_probe(location: str, options: dict[str, str]) -> Callable[[Iterator[Any]], Iterator[Any]]:
+def _executor_probe(location: str, options: dict[str, str], storage: bool) -> Callable[[Iterator[Any]], Iterator[Any]]:
     """The function a one-task Spark job runs in an executor's Python worker: spark_flow's
-    version there, then the same write and read as the driver's."""
+    version there, then the same write and read as the driver's deltalake (if ``storage``)."""
     def probe(batches: Iterator[Any]) -> Iterator[Any]:
         import pyarrow as pa
 
@@ -136,7 +148,7 @@ def _executor_probe(location: str, options: dict[str, str]) -> Callable[[Iterato
         import spark_flow.ops.doctor  # the worker's own installation, not the driver's
 
         check = _check("executors' deltalake", lambda: spark_flow.ops.doctor.write_and_read(location, options),
-                       _storage_fix)
+                       _storage_fix) if storage else Check("executors' deltalake", True, EXECUTORS_IN_ENGINE_MODE)
         yield pa.RecordBatch.from_pylist([{"spark_flow": _version("spark-flow"), "python": sys.version.split()[0],
                                            "ok": check.ok, "detail": check.detail, "fix": check.fix}])
     return probe
@@ -148,13 +160,15 @@ def run_checks(spark: SparkSession, home: str, queues: Sequence[str] = ()) -> It
     options = session_storage_options(spark)
     probe = control_path(home, f"doctor/{uuid.uuid4().hex[:12]}")
     writes: list[Check] = []  # the checks that write a probe table: none passed, nothing to remove
+    engine = uses_engine(home, options)  # then this Python may not reach the storage: the probe tables stay
     try:
         yield _check("versions", lambda: versions(spark), lambda e: "install the PySpark of the engine's Spark "
                      "version (pip install 'pyspark[connect]==<Spark's version>') and delta-spark built for it")
-        for check in _probes(spark, probe, options):
+        yield _check("store", lambda: chosen_mode(home, options), lambda e: "set spark.flow.io (deltalake, engine)")
+        for check in _probes(spark, probe, options, engine=engine):
             writes.append(check)
             yield check
-        reached = next(check for check in writes if check.name == "driver's deltalake")
+        reached = next(check for check in writes if check.name in (DRIVER, DRIVER_ENGINE))
         if reached.ok:
             admin = FlowAdmin(home, options)
             yield _check("home", lambda: _home(admin), lambda e: "declare a queue with spark.flow.home set, or check "
@@ -163,32 +177,36 @@ def run_checks(spark: SparkSession, home: str, queues: Sequence[str] = ()) -> It
                 yield _check(f"queue {queue}", lambda q=queue: _queue(spark, admin, q),  # type: ignore[misc]
                              lambda e: "declare it (spark-flow declare), or name a registered queue or a queue's path")
         else:
-            yield Check("home", False, "not read: the driver's deltalake cannot reach it", "fix the check above first")
+            yield Check("home", False, f"not read: the {reached.name} cannot reach it", "fix the check above first")
     finally:
-        if any(check.ok for check in writes if check.name != "executors' Python"):
+        if not engine and any(check.ok for check in writes if check.name != "executors' Python"):
             _remove(probe, options)
 
 
-def _probes(spark: SparkSession, probe: str, options: dict[str, str]) -> Iterator[Check]:
-    """A Delta table written under ``probe`` by Spark, by the driver's deltalake, then by an
-    executor's (after its Python's check)."""
-    engine = posixpath.join(probe, "engine")
+def _probes(spark: SparkSession, probe: str, options: dict[str, str], *, engine: bool) -> Iterator[Check]:
+    """A Delta table written under ``probe`` by Spark, by the driver's store (deltalake, or the
+    engine), then by an executor's deltalake (after its Python's check; not in ``engine`` mode)."""
+    spark_table = posixpath.join(probe, "engine")
 
     def spark_delta() -> str:
-        spark.range(1).write.format("delta").save(engine)
-        return f"Spark wrote and read Delta at {engine} ({spark.read.format('delta').load(engine).count()} row)"
-    yield _check("Spark's Delta and storage jars", spark_delta, lambda e: _engine_fix(engine, e))
+        spark.range(1).write.format("delta").save(spark_table)
+        rows = spark.read.format("delta").load(spark_table).count()
+        return f"Spark wrote and read Delta at {spark_table} ({rows} row)"
+    yield _check("Spark's Delta and storage jars", spark_delta, lambda e: _engine_fix(spark_table, e))
     driver = posixpath.join(probe, "driver")
-    yield _check("driver's deltalake", lambda: write_and_read(driver, options), _storage_fix)
-    yield from _executors(spark, posixpath.join(probe, "executor"), options)
+    yield _check(DRIVER_ENGINE if engine else DRIVER, lambda: write_and_read(driver, options),
+                 (lambda e: _engine_fix(driver, e)) if engine else _storage_fix)
+    yield from _executors(spark, posixpath.join(probe, "executor"), options, storage=not engine)
 
 
-def _executors(spark: SparkSession, location: str, options: dict[str, str]) -> Iterator[Check]:
-    """spark_flow importable in an executor's Python worker, and its deltalake reaching the home."""
+def _executors(spark: SparkSession, location: str, options: dict[str, str], *, storage: bool) -> Iterator[Check]:
+    """spark_flow importable in an executor's Python worker, and its deltalake reaching the home
+    (unless not ``storage``: in engine mode no executor's Python reads a table itself)."""
     schema = "spark_flow string, python string, ok boolean, detail string, fix string"
     python = spark.conf.get("spark.pyspark.python", None) or "python3 on the executors' PATH"
     try:
-        [row] = spark.range(1, numPartitions=1).mapInArrow(_executor_probe(location, options), schema).collect()
+        [row] = spark.range(1, numPartitions=1).mapInArrow(_executor_probe(location, options, storage),
+                                                           schema).collect()
     except Exception as error:
         yield executors_failed(str(error), python)
         yield Check("executors' deltalake", False, "not run: no executor's Python ran spark_flow", "fix the check above first")

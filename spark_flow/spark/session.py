@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, NoReturn
@@ -162,6 +163,50 @@ def get_spark(conf: Mapping[str, str] | None = None) -> SparkSession:
     os.environ.setdefault("PYSPARK_PYTHON", python)
     spark_conf.setIfMissing("spark.pyspark.python", python)
     return SparkSession.builder.config(conf=spark_conf).getOrCreate()
+
+
+#: What a Spark Connect URL may be, as an error says it.
+REMOTE_URLS = "sc://host[:port][/;param=value;...] (PySpark's Spark Connect URL; port 15002 by default)"
+
+
+def remote_session(url: str, conf: Mapping[str, str] | None = None, *, key: str = "spark.remote") -> SparkSession:
+    """A Spark Connect session on ``url`` for an entry point that was given one (``key`` names
+    where: the CLI's ``--remote``, ``SPARK_REMOTE``), with the ``spark.flow.*`` entries of ``conf``
+    set. The URL is checked first (:class:`ConfigurationError`), then the server's first answer
+    is awaited a second or two (:class:`~spark_flow.exceptions.EngineUnreachableError`): PySpark's
+    client retries a server that is not there for ten minutes. A URL's ``token`` is never shown."""
+    import warnings
+
+    from pyspark.errors import PySparkValueError
+    from pyspark.sql import SparkSession
+    from pyspark.sql.connect.client import DefaultChannelBuilder
+    from pyspark.sql.connect.client.retries import DefaultPolicy
+
+    from spark_flow.exceptions import EngineUnreachableError, one_line
+
+    shown = re.sub(r"(?i)(;token=)[^;]*", r"\1***", url)
+    try:
+        DefaultChannelBuilder(url)
+    except PySparkValueError as error:
+        said = re.sub(r"^\[\w+\]\s*(Invalid URL for Spark Connect: )?", "", one_line(error)).replace(url, shown)
+        said = said.split(" Please update")[0]
+        raise ConfigurationError(key, shown, REMOTE_URLS, said) from None
+    spark = SparkSession.builder.remote(url).getOrCreate()
+    client = spark.client
+    policies = client.get_retry_policies()
+    client.set_retry_policies([DefaultPolicy(max_retries=3, max_backoff=1000)])
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # PySpark's "[RETRIES_EXCEEDED]" warning: the error says it
+            spark.version  # noqa: B018  (the first call to the server)
+    except Exception as error:
+        spark.release_session_on_close = False  # type: ignore[attr-defined]  # nothing to release there
+        spark.stop()
+        found = re.search(r'details = "([^"]*)"', str(error))
+        raise EngineUnreachableError(key, shown, (found.group(1) if found else one_line(error))[:300]) from None
+    finally:
+        client.set_retry_policies(policies)
+    return _remote_session(url, conf or {})
 
 
 def _remote_session(url: str, conf: Mapping[str, str]) -> SparkSession:

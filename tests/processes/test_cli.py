@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -53,3 +54,31 @@ def test_console_script_exit_status_is_the_same_every_time(home: str, argv: list
     with ThreadPoolExecutor(4) as pool:
         results = list(pool.map(run, range(12)))
     assert [code for code, _ in results] == [status] * 12, [r for r in results if r[0] != status][:2]
+
+
+@pytest.mark.short_processes
+def test_console_script_remote_refused_or_unreachable_is_one_line(tmp_path: Path) -> None:
+    """A malformed ``--remote`` (or ``$SPARK_REMOTE``) is refused, exit status 2; a Spark Connect
+    server that does not answer is one line within seconds (PySpark's client would retry for ten
+    minutes), exit status 1. Each names where the URL came from and what is allowed, shows no
+    traceback and no token."""
+    from support.servers import free_port
+
+    script = Path(sys.executable).parent / "spark-flow"
+    port = free_port()
+    cases = [
+        (["--remote", "http://127.0.0.1:15002"], {}, 2,
+         "--remote='http://127.0.0.1:15002' is not valid: allowed is sc://host[:port]"),
+        ([], {"SPARK_REMOTE": "sc://127.0.0.1:15002/path"}, 2,
+         "$SPARK_REMOTE='sc://127.0.0.1:15002/path' is not valid: allowed is sc://host[:port]"),
+        (["--remote", f"sc://127.0.0.1:{port}/;token=s3cr3t-Never-Shown"], {}, 1,
+         f"--remote='sc://127.0.0.1:{port}/;token=***': no Spark Connect server answered there (failed to connect"),
+    ]
+    for options, env, status, said in cases:
+        started = time.monotonic()
+        result = subprocess.run([str(script), *options, "--home", str(tmp_path / "home"), "status"], capture_output=True,
+                                text=True, timeout=60, env={"PATH": str(script.parent), **env})
+        assert (result.returncode, result.stdout) == (status, ""), result.stderr
+        [line] = result.stderr.splitlines()
+        assert line.startswith(f"spark-flow status: error: {said}"), line
+        assert "s3cr3t" not in line and time.monotonic() - started < 30

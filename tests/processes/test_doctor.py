@@ -48,8 +48,9 @@ def test_doctor_on_a_good_deployment_as_the_docs_show(s3_server: str, tmp_path: 
                             cwd=ROOT)
     assert result.returncode == 0, failure(result)
     sample = text_blocks("docs/deployment.md", "Doctor")[0]
-    assert _lines(result.stdout) == _lines(sample) and len(_lines(sample)) == 6, failure(result)
-    assert result.stdout.splitlines()[-1] == "6 of 6 checks passed"
+    assert _lines(result.stdout) == _lines(sample) and len(_lines(sample)) == 7, failure(result)
+    assert "ok    store: deltalake (spark.flow.io=auto: this Python reaches the storage)" in result.stdout
+    assert result.stdout.splitlines()[-1] == "7 of 7 checks passed"
     files, path = file_system(f"{home}/_spark_flow/doctor", storage_options(s3_conf(s3_server)))
     left = files.get_file_info(FileSelector(path, recursive=True))
     assert [info.path for info in left if info.type == FileType.File] == []  # the probe tables removed
@@ -76,17 +77,22 @@ def _run(spark: SparkSession, options: dict[str, str], home: str, *queues: str) 
 @pytest.mark.parametrize("broken", ["missing jar", "wrong endpoint"])
 def test_doctor_names_what_to_do(spark: SparkSession, on_s3: dict[str, str], tmp_path: Path, broken: str) -> None:
     """A session without hadoop-aws: the engine's line says which jar to add, the rest passes (a
-    queue not registered fails, naming what is). A wrong endpoint: every deltalake line says
-    which setting to check."""
+    queue not registered fails, naming what is). A wrong endpoint, with ``spark.flow.io=deltalake``
+    (auto would take the engine where deltalake does not reach): every deltalake line says which
+    setting to check."""
     home = f"s3a://flow/{tmp_path.name}/home"
+    io = {"spark.flow.io": "auto" if broken == "missing jar" else "deltalake"}
     if broken == "wrong endpoint":
         on_s3.update(aws_endpoint_url=f"http://127.0.0.1:{free_port()}", max_retries="1")  # refused at once
-    checks = _run(spark, on_s3, home, "events")
+    with with_conf(spark, io):
+        checks = _run(spark, on_s3, home, "events")
     print("\n".join(check.line() for check in checks.values()))
     engine = checks["Spark's Delta and storage jars"]
     assert not engine.ok and "ClassNotFoundException: Class org.apache.hadoop.fs.s3a.S3AFileSystem not found" in engine.detail
     assert engine.fix.startswith("add org.apache.hadoop:hadoop-aws:3.5.0")
     assert checks["versions"].ok and checks["executors' Python"].ok
+    assert checks["store"].detail == {"missing jar": "deltalake (spark.flow.io=auto: this Python reaches the storage)",
+                                      "wrong endpoint": "deltalake (spark.flow.io=deltalake)"}[broken]
     if broken == "missing jar":
         assert checks["driver's deltalake"].ok and checks["executors' deltalake"].ok and checks["home"].ok
         assert not checks["queue events"].ok and "not registered" in checks["queue events"].detail
@@ -99,11 +105,13 @@ def test_doctor_names_what_to_do(spark: SparkSession, on_s3: dict[str, str], tmp
 
 
 def test_doctor_names_the_namenode_it_tried(spark: SparkSession) -> None:
-    """An ``hdfs://`` home on a port no namenode listens on: Spark's line and both deltalake lines
-    name the address tried and that the URL gave it, not storage settings (which do not set
-    it on hdfs://); nothing was written, so nothing is left to remove."""
+    """An ``hdfs://`` home on a port no namenode listens on, with ``spark.flow.io=deltalake``:
+    Spark's line and both deltalake lines name the address tried and that the URL gave it, not
+    storage settings (which do not set it on hdfs://); nothing was written, so nothing is left to
+    remove."""
     address = f"127.0.0.1:{free_port()}"
-    with with_conf(spark, {"ipc.client.connect.max.retries": "0"}):  # Hadoop's client tries once, not for 10 s
+    once = {"ipc.client.connect.max.retries": "0", "spark.flow.io": "deltalake"}  # Hadoop's client tries once, not for 10 s
+    with with_conf(spark, once):
         checks = {check.name: check for check in run_checks(spark, f"hdfs://{address}/flow/home")}
     print("\n".join(check.line() for check in checks.values()))
     for name in ("Spark's Delta and storage jars", "driver's deltalake", "executors' deltalake"):
@@ -115,15 +123,18 @@ def test_doctor_names_the_namenode_it_tried(spark: SparkSession) -> None:
 
 def test_doctor_on_governed_compute_executors_without_credentials(governed_connect: Governed) -> None:
     """A Connect client whose own Python has the keys (its environment) on the governed server,
-    whose Python workers have none: the engine and the driver pass, the executors' deltalake
-    fails naming ``spark.flow.storage.*``."""
+    whose Python workers have none, with ``spark.flow.io=auto`` (with a remote the CLI's default
+    is the engine): the driver takes deltalake, which reaches the storage here; the engine and
+    the driver pass, the executors' deltalake fails naming ``spark.flow.storage.*``."""
     env = {**os.environ, **governed_connect.env, "SPARK_REMOTE": f"{governed_connect.url}/;session_id={uuid.uuid4()}",
            "AWS_ACCESS_KEY_ID": governed_connect.key, "AWS_SECRET_ACCESS_KEY": governed_connect.secret}
-    result = subprocess.run([str(BIN / "spark-flow"), "--home", "s3a://flow/doctor/home", "doctor"],
+    result = subprocess.run([str(BIN / "spark-flow"), "--home", "s3a://flow/doctor/home", "doctor", "--conf",
+                             "spark.flow.io=auto"],
                             capture_output=True, text=True, timeout=120, env=env, cwd=ROOT)
     print(result.stdout)
     assert result.returncode == 1, failure(result)
-    assert _lines(result.stdout) == [("ok", "versions"), ("ok", "Spark's Delta and storage jars"),
+    assert "ok    store: deltalake (spark.flow.io=auto: this Python reaches the storage)" in result.stdout
+    assert _lines(result.stdout) == [("ok", "versions"), ("ok", "store"), ("ok", "Spark's Delta and storage jars"),
                                      ("ok", "driver's deltalake"), ("ok", "executors' Python"),
                                      ("FAIL", "executors' deltalake"), ("ok", "home")], failure(result)
     [line] = [line for line in result.stdout.splitlines() if line.startswith("FAIL")]
