@@ -16,6 +16,7 @@ is read again from that commit's start. Read limits are Delta's (``maxFilesPerTr
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import threading
@@ -28,6 +29,7 @@ from spark_flow.exceptions import ConfigurationError, QueueNotFoundError
 from spark_flow.rules.names import normalize_path
 from spark_flow.rules.storage_options import IO_OPTION
 from spark_flow.spark.listener import ClosingListener
+from spark_flow.spark.session import close_before_stop
 from spark_flow.store.io import attach
 
 if TYPE_CHECKING:
@@ -93,6 +95,15 @@ class EngineAcks(ClosingListener):
     def __init__(self) -> None:
         self._followed: dict[str, tuple[Queue, str]] = {}
         self._lock = threading.Lock()
+        self._acking = threading.Lock()  # held while an acknowledgement is written
+        self._closed = False
+
+    def close(self) -> None:
+        """Stop acknowledging (an acknowledgement being written finishes first: the session's
+        stop would cut it), then stop listening."""
+        with self._acking:
+            self._closed = True
+        super().close()
 
     def follow(self, queue: Queue, subscription: str) -> None:
         """Acknowledge ``subscription`` of ``queue`` as the queries reading it progress."""
@@ -114,6 +125,11 @@ class EngineAcks(ClosingListener):
         """Its last batch was acknowledged at its progress."""
 
     def onQueryProgress(self, event: QueryProgressEvent) -> None:
+        with self._acking:
+            if not self._closed:
+                self._acknowledge(event)
+
+    def _acknowledge(self, event: QueryProgressEvent) -> None:
         for source in event.progress.sources:
             done = read_through(source.endOffset)
             path = _delta_source_path(source.description)
@@ -140,13 +156,17 @@ _ACKS_LOCK = threading.Lock()
 
 
 def acks(spark: SparkSession) -> EngineAcks:
-    """The session's :class:`EngineAcks`, added to its queries the first time."""
+    """The session's :class:`EngineAcks`, added to its queries the first time and removed when
+    the script or job ends (a classic JVM would call a listener whose Python is gone: an ERROR
+    entry at every exit)."""
     attach(spark)  # the listener's thread has no active session of its own
     with _ACKS_LOCK:
         found = _ACKS.get(id(spark))
         if found is None:
             found = _ACKS[id(spark)] = EngineAcks()
             spark.streams.addListener(found)
+            close_before_stop(found.close)
+            atexit.register(found.close)
     return found
 
 

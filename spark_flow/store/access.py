@@ -32,6 +32,8 @@ from spark_flow.rules.storage_options import STORAGE_PREFIX
 #: How many looks a removal takes at most: a marker blob, then its directory, which a writer may
 #: change under the walk.
 _WALKS = 10
+#: How a failure for want of credentials in this Python begins (``spark.flow.io`` auto then takes the engine).
+NO_CREDENTIALS = "deltalake has no"
 #: Where :func:`remove_location` removes files.
 REMOVABLE = "a local path, s3:// (s3a://), abfs:// (abfss://), az://, gs:// or hdfs://"
 #: How often hdfs-native's client tries a namenode that does not answer (it sleeps 0.5 s, 1 s,
@@ -260,7 +262,7 @@ def access_error(location: str, options: Mapping[str, str], error: BaseException
     text = one_line(error)
     has_credentials = any(options.get(name) for name in names) or any(os.environ.get(v) for v in variables)
     if not has_credentials and (_NO_INSTANCE_CREDENTIALS.search(text) or _REFUSED.search(text)):
-        return StorageAccessError(location, f"deltalake has no {what} credentials here (its storage options give "
+        return StorageAccessError(location, f"{NO_CREDENTIALS} {what} credentials here (its storage options give "
                                   "none, nor do the environment and instance metadata)",
                                   f"give them as {settings}, {WHERE_TO_GIVE}")
     if _REFUSED.search(text):

@@ -5,9 +5,10 @@ engine, the SparkSession at hand, which alone holds the storage's credentials on
 ``spark.flow.io`` rides with the storage options (:data:`~spark_flow.rules.storage_options.IO_OPTION`),
 so every handle, every Python worker and the CLI judge it alike. ``auto`` (the default) takes
 deltalake where this Python reaches the storage: a local path always, an object store or HDFS
-when a first look with deltalake does not fail for want of credentials or an endpoint (looked at
-once per store and options). The engine's session is the active one, or the one an entry point
-attached (:func:`attach`): threads of a classic driver see no active session of their own.
+unless a first look with deltalake finds no credentials here (looked at once per store and
+options; an endpoint it cannot reach stays deltalake's, whose failure names the setting). The
+engine's session is the active one, or the one an entry point attached (:func:`attach`):
+threads of a classic driver see no active session of their own.
 """
 
 from __future__ import annotations
@@ -90,16 +91,18 @@ def uses_engine(location: str, options: Mapping[str, str] | None) -> bool:
 
 
 def _deltalake_reaches(location: str, options: Mapping[str, str] | None) -> bool:
-    """Whether deltalake in this Python reaches ``location``'s store: False when it fails for
-    want of credentials or an endpoint (what the engine may have that this Python lacks)."""
+    """Whether deltalake in this Python reaches ``location``'s store: False only when it has no
+    credentials there (what the engine may hold alone); an endpoint or namenode it cannot reach,
+    or credentials the storage refuses, stay deltalake's, whose failure names the setting."""
     from deltalake import DeltaTable
 
-    from spark_flow.store.access import access_error
+    from spark_flow.store.access import NO_CREDENTIALS, access_error
 
     try:
         DeltaTable.is_deltatable(location, storage_options=deltalake_options(options))
     except OSError as error:
-        return not isinstance(error, StorageAccessError) and access_error(location, dict(options or {}), error) is None
+        named = error if isinstance(error, StorageAccessError) else access_error(location, dict(options or {}), error)
+        return not (named is not None and named.missing.startswith(NO_CREDENTIALS))
     return True
 
 
