@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from spark_flow.exceptions import ConfigurationError
 from spark_flow.rules.storage_options import IO_OPTION
 from spark_flow.store.io import engine_session
-from spark_flow.store.table import ALL, CommitConflict, Merge, transaction_of, with_transaction
+from spark_flow.store.table import ALL, CommitConflict, Merge, sql_string, transaction_of, with_transaction
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -46,6 +46,8 @@ _JUST_SEEN = 1.0
 #: Delta's concurrent-modification failures: the commit is built again on a fresh snapshot.
 _CONFLICT = re.compile(r"Concurrent\w*Exception|MetadataChangedException|ProtocolChangedException|"
                        r"DELTA_CONCURRENT|DELTA_METADATA_CHANGED|DELTA_PROTOCOL_CHANGED")
+
+
 def table_name(location: str) -> str:
     """How Spark SQL names the table: a path as ``delta.`<path>```, a catalog name as it is."""
     if "://" in location or location.startswith("/"):
@@ -325,14 +327,11 @@ class EngineTable:
                       merge_schema=merge_schema)
 
     def set_properties(self, properties: Mapping[str, str]) -> None:
-        listed = ", ".join(f"'{key}' = '{value}'" for key, value in properties.items())
+        listed = ", ".join(f"{sql_string(key)} = {sql_string(value)}" for key, value in properties.items())
         _committed(lambda: self._spark.sql(f"ALTER TABLE {self._name} SET TBLPROPERTIES ({listed})").collect())
 
     def live_files(self) -> dict[str, tuple[int, int]]:
-        frame = self._reader().groupBy("_metadata.file_path", "_metadata.file_size").count()
-        root = str(self._described().get("location") or self.location).rstrip("/") + "/"
-        return {str(row["file_path"]).removeprefix(root): (int(row["file_size"]), int(row["count"]))
-                for row in frame.collect()}
+        raise purge_refused()  # a purge's reading: it cannot commit what it would find
 
     def remove_files(self, files: Mapping[str, int], *, transaction: tuple[str, int], user_metadata: str) -> None:
         raise purge_refused()

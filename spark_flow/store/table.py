@@ -92,8 +92,8 @@ def transaction_of(info: Mapping[str, Any]) -> tuple[str, int] | None:
 
 
 def sql_string(text: str) -> str:
-    """A string literal in a store predicate: a quote doubled, as DataFusion's SQL writes it (the
-    engine turns it into Spark SQL's form)."""
+    """A string literal in a store predicate: a quote doubled, which DataFusion's SQL and Spark
+    SQL (4.x) both read as one quote."""
     return "'" + text.replace("'", "''") + "'"
 
 

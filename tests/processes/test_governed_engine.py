@@ -1,7 +1,8 @@
 """Governed compute run through the engine (``spark.flow.io`` auto, nothing set): a producer's job
 and a consumer's job, each a Spark Connect client of its own run to completion (``availableNow``,
 serverless's only trigger), share a queue under flow control on storage only the server's JVM
-holds keys for (the ``governed_connect`` fixture)."""
+holds keys for (the ``governed_connect`` fixture); then the ``spark-flow`` command line, with
+``--remote``, works on it through the Connect session."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
+from pathlib import Path
 
 import pytest
 from support.processes import ROOT
@@ -64,7 +67,7 @@ while True:  # the producer's job declares the queue, then is held
     time.sleep(1)
 held = open_queue(queue, storage)
 runs = 0
-while held.depths()["default"].count or spark.read.format("delta").load(queue).count() < int(rows):
+while spark.read.format("delta").load(queue).count() < int(rows) or held.depths()["default"].count:  # all in, then read
     assert time.monotonic() < deadline, f"not drained: {held.depths()}"
     query = (read_queue(spark, queue).writeStream.format("delta").option("checkpointLocation", home + "/checkpoints/c")
              .trigger(availableNow=True).start(out))
@@ -89,19 +92,22 @@ exit_process(0)
 def test_a_producer_and_a_consumer_on_engine_credentials_alone(governed_connect: Governed) -> None:
     """With nothing set: the producer's job is held at stop + capacity and resumed, the
     consumer's scheduled runs (Delta's source through the engine) take every message once, and
-    its subscriptions and ``why`` read the queue through the engine. No Python process held a key: none in
-    any environment, conf, output or log."""
+    its subscriptions and ``why`` read the queue through the engine. Then ``spark-flow --remote``
+    (``spark.flow.io=engine``, the default with a remote): ``set``, ``stop-producers``,
+    ``status`` (what the controller last wrote: nothing, none ran), ``why`` and ``doctor`` (which
+    says the engine, and passes). No Python process held a key: none in any environment, conf,
+    output or log."""
     unique = uuid.uuid4().hex[:8]
     queue, home = f"s3a://flow/{unique}/events", f"s3a://flow/{unique}/home"
     env = {**os.environ, **governed_connect.env}
     url = governed_connect.url
     producer = subprocess.Popen(
         [sys.executable, "-c", PRODUCER, f"{url}/;session_id={uuid.uuid4()}", queue, home, f"s3a://flow/{unique}/input",
-         "60"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+         "40"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
     try:
         consumer = subprocess.run(
             [sys.executable, "-c", CONSUMER, f"{url}/;session_id={uuid.uuid4()}", queue, home,
-             f"s3a://flow/{unique}/out", "60"], capture_output=True, text=True, timeout=420, env=env, cwd=ROOT)
+             f"s3a://flow/{unique}/out", "40"], capture_output=True, text=True, timeout=420, env=env, cwd=ROOT)
         produced = producer.communicate(timeout=120)
     except subprocess.TimeoutExpired:
         producer.kill()
@@ -116,12 +122,41 @@ def test_a_producer_and_a_consumer_on_engine_credentials_alone(governed_connect:
     assert seen["mode"] == "EngineTable"
     assert seen["stops"] and seen["stops"] == list(range(1, len(seen["stops"]) + 1))
     assert 30 < seen["deepest"] <= 40, "held within stop + capacity"
-    assert seen["delivered"] == seen["distinct"] == 60, "every message once"
+    assert seen["delivered"] == seen["distinct"] == 40, "every message once"
     assert seen["subscriptions"] == ["default"]
     assert seen["why"] == ["events: does not hold its producers (depth 0 messages, 0 bytes; stop 30 / resume 10 "
                            "messages)"]
-    for text in (*produced, consumer.stdout, consumer.stderr, json.dumps(seen["conf"]),
+    outputs = _command_line(governed_connect, home, queue)
+    for text in (*produced, consumer.stdout, consumer.stderr, json.dumps(seen["conf"]), *outputs,
                  governed_connect.log.read_text(errors="replace")):
         assert governed_connect.secret not in text and governed_connect.key not in text
     for name, value in env.items():
         assert governed_connect.secret not in value and governed_connect.key not in value, name
+
+
+def _command_line(governed: Governed, home: str, queue: str) -> list[str]:
+    """The operator's commands on the pipeline's queue with ``--remote``, from an environment
+    without a storage credential; their outputs."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("AWS_", "SPARK_REMOTE"))}
+    env.update(governed.env)  # instance metadata refused: nothing here reaches the bucket
+    outputs: list[str] = []
+
+    def cli(*args: str) -> str:
+        started = time.monotonic()
+        run = subprocess.run([str(Path(sys.executable).parent / "spark-flow"), "--remote", governed.url,
+                              "--home", home, *args], capture_output=True, text=True, timeout=120, env=env, cwd=ROOT)
+        outputs.append(run.stdout + run.stderr)
+        print(f"$ spark-flow {' '.join(args)}  ({time.monotonic() - started:.1f} s)\n{run.stdout}{run.stderr}")
+        assert (run.returncode, run.stderr) == (0, ""), args
+        return run.stdout
+
+    assert cli("set", "events", "stopCount=900") == "command 0: set stopCount=900 on 'events', applied by the controller\n"
+    assert cli("stop-producers", "events") == "command 1: stop-producers 'events', applied by the controller\n"
+    assert cli("status").splitlines()[1:] == ["(none)"]  # no controller has run
+    assert cli("why", "events") == ("events: does not hold its producers (depth 0 messages, 0 bytes; stop 30 / "
+                                    "resume 10 messages)\n")
+    doctor = cli("doctor", "events").splitlines()
+    assert "ok    store: engine (spark.flow.io=engine)" in doctor
+    assert f"ok    queue events: {queue}: depth by subscription default 0" in doctor
+    assert doctor[-1] == "8 of 8 checks passed", doctor
+    return outputs

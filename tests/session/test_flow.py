@@ -91,10 +91,10 @@ def test_900_500_on_a_1000_queue_through_spark(spark: SparkSession, tmp_path: Pa
     assert (on["stop_count"], on["resume_count"]) == (900, 500)
 
 
-def test_exactly_once_across_restarts(spark: SparkSession, tmp_path: Path, io: str) -> None:
+def test_exactly_once_across_restarts(spark: SparkSession, tmp_path: Path) -> None:
     """Producer and consumer stopped and restarted mid-stream from their checkpoints: every
     message arrives once, in enqueue order per producer (a capacity no batch reaches: the
-    chunks of a larger batch are cut in content order, not in production order). In both stores."""
+    chunks of a larger batch are cut in content order, not in production order)."""
     path = str(tmp_path / "q")
     queue = declare(spark, path, SCHEMA, settings={"stopCount": 400, "resumeCount": 200})
     for round_ in range(3):
