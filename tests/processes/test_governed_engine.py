@@ -73,7 +73,6 @@ while spark.read.format("delta").load(queue).count() < int(rows) or held.depths(
              .trigger(availableNow=True).start(out))
     query.awaitTermination()
     runs += 1
-    time.sleep(1)
 admin = FlowAdmin(home, storage)
 history = held.history.read()
 delivered = spark.read.format("delta").load(out)
