@@ -7,8 +7,8 @@ Spark job has (``--properties-file``, the ``spark.hadoop.fs.s3a.*`` / ``fs.azure
 With ``--remote sc://host:port`` (or ``$SPARK_REMOTE``), as PySpark takes it, every command works
 through that Spark Connect session instead, with the engine's credentials alone (governed compute:
 ``spark.flow.io=engine``, unless the properties file or the options set it). Commands that change something (``set``,
-``unset``, ``stop-producers``, ``start-producers``) are checked, appended to the commands table and applied
-by the controller in order; ``set-home`` / ``unset-home`` (the home-wide limits) are recorded with the
+``unset``, ``stop-producers``, ``start-producers``) are checked, appended to the commands table with their
+issuer and applied at once (what cannot be, a controller applies; the answer says which); ``set-home`` / ``unset-home`` (the home-wide limits) are recorded with the
 home at once; ``delete`` removes a queue at once (its producers and consumers fail at their next look).
 """
 
@@ -31,7 +31,7 @@ from spark_flow.exceptions import (
     one_line,
 )
 from spark_flow.ops.admin import FlowAdmin
-from spark_flow.records.commands import ALL_QUEUES
+from spark_flow.records.commands import ALL_QUEUES, Issuer
 from spark_flow.records.home import HOME_CONF
 from spark_flow.rules.storage_options import IO_OPTION, as_conf, storage_options
 from spark_flow.store.access import access_error
@@ -95,7 +95,7 @@ def _parser() -> argparse.ArgumentParser:
     declare.add_argument("--set", dest="settings", nargs="*", default=[], metavar="KEY=VALUE",
                          help="limits and policy stored as flow.* table properties (stopCount=900 maxSize=1g)")
 
-    set_ = commands.add_parser("set", help="change settings of queues at run time (applied by the controller)")
+    set_ = commands.add_parser("set", help="change settings of queues at run time (in force from producers' next look)")
     set_.add_argument("target", help="a queue name or pattern")
     set_.add_argument("settings", nargs="+", metavar="KEY=VALUE", help="stopCount=900 resumeSize=8m policy=ring")
 
@@ -188,7 +188,7 @@ def _main(argv: Sequence[str] | None) -> int:
             _connect(args, conf)
         if args.command == "doctor":
             return _doctor(args.home, args.queues, conf)
-        _run(FlowAdmin(args.home, storage_options(conf)), args, conf)
+        _run(FlowAdmin(args.home, storage_options(conf), issuer=Issuer.this_process("cli")), args, conf)
     except (StorageAccessError, EngineUnreachableError) as error:
         print(f"spark-flow {args.command}: error: {error}", file=sys.stderr)
         return 1
@@ -253,18 +253,15 @@ def _run(admin: FlowAdmin, args: argparse.Namespace, conf: dict[str, str]) -> No
     elif args.command == "declare":
         _declare(admin, args.queue, args.schema, _pairs(args.settings), conf)
     elif args.command == "set":
-        command = admin.set(args.target, _pairs(args.settings))
-        print(f"command {command}: set {' '.join(args.settings)} on {args.target!r}, applied by the controller")
+        print(admin.issue("set", args.target, _pairs(args.settings)).message)
     elif args.command == "unset":
-        command = admin.unset(args.target, *args.keys)
-        print(f"command {command}: unset {' '.join(args.keys)} on {args.target!r}, applied by the controller")
+        print(admin.issue("unset", args.target, dict.fromkeys(args.keys)).message)
     elif args.command == "set-home":
         print(f"command {admin.set_home(_pairs(args.settings))}: set-home {' '.join(args.settings)}, in force now")
     elif args.command == "unset-home":
         print(f"command {admin.unset_home(*args.keys)}: unset-home {' '.join(args.keys)}, in force now")
     elif args.command in ("stop-producers", "start-producers"):
-        call = admin.stop_producers if args.command == "stop-producers" else admin.start_producers
-        print(f"command {call(args.target)}: {args.command} {args.target!r}, applied by the controller")
+        print(admin.issue(args.command, args.target).message)
     elif args.command == "subscriptions":
         rows = [sub.__dict__ for sub in admin.subscriptions(args.queue)]
         _print_table(rows, [(k, k) for k in ("name", "position", "index", "flow_stopped", "flow_stopped_count",
@@ -275,7 +272,8 @@ def _run(admin: FlowAdmin, args: argparse.Namespace, conf: dict[str, str]) -> No
     elif args.command == "commands":
         rows = [{**c.__dict__, "settings": " ".join(f"{k}={v}" for k, v in c.settings.items())}
                 for c in admin.commands.read()]
-        _print_table(rows, [(k, k) for k in ("id", "command", "target", "settings", "issued_at")])
+        _print_table(rows, [(k, k) for k in ("id", "command", "target", "settings", "issued_at", "issued_by",
+                                              "issued_from", "issued_through")])
     elif args.command == "delete":
         deleted = admin.delete_queue(args.queue, if_empty=args.if_empty, if_unused=args.if_unused)
         state = f"its state at {deleted.state_location}" if deleted.state_location else "no state left"
@@ -283,31 +281,12 @@ def _run(admin: FlowAdmin, args: argparse.Namespace, conf: dict[str, str]) -> No
     elif args.command == "why":
         print("\n".join(admin.why(args.queue)))
     elif args.command == "serve":
-        _serve(admin, args)
+        from spark_flow.console.launch import serve_command
+
+        serve_command(admin, port=args.port, bind=args.bind, read_only=args.read_only, token_file=args.token_file)
     elif args.command == "plot":
         default = "home" if args.queue == ALL_QUEUES else args.queue
         print(admin.plot(args.queue, args.out or f"{default}-depth.png", args.subscription))
-
-
-def _serve(admin: FlowAdmin, args: argparse.Namespace) -> None:
-    from spark_flow.console.serve import serve, serve_options
-
-    token = os.environ.get(TOKEN_ENV) or None
-    if args.token_file:
-        try:
-            token = Path(args.token_file).read_text().strip()
-        except OSError as error:
-            raise ConfigurationError("--token-file", args.token_file, f"a readable file holding the token ({error.strerror})") from None
-    options = serve_options(admin.home, args.port, args.bind, read_only=args.read_only, token=token,
-                            storage_options=admin.storage_options)
-
-    def ready(server: Any) -> None:
-        mode = ", read-only" if options.read_only else ", actions need a token" if options.token else ""
-        empty = "" if admin.queues() else " (no queue registered yet)"
-        print(f"spark-flow serve: {server.url} (the console{mode}; Prometheus metrics at /metrics) for home "
-              f"{admin.home}{empty}", flush=True)
-
-    serve(options, ready)
 
 
 def _declare(admin: FlowAdmin, queue: str, schema: str | None, settings: dict[str, str], conf: dict[str, str]) -> None:
@@ -365,7 +344,9 @@ def _cell(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.1f}"
     if hasattr(value, "strftime"):
-        return str(value.strftime("%H:%M:%S"))
+        from spark_flow.ops.view import iso_time
+
+        return iso_time(value)
     return str(value)
 
 

@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from spark_flow.exceptions import ConfigurationError
+from spark_flow.ops.admin import COMMANDS
 from spark_flow.ops.view import HomeView, QueueView
 from spark_flow.ops.why import edges, explain, root_causes
 from spark_flow.records.status import control_table
@@ -24,10 +25,9 @@ from spark_flow.rules.depth import Depth
 from spark_flow.store.table import sql_string
 
 if TYPE_CHECKING:
-    from spark_flow.ops.admin import FlowAdmin
+    from spark_flow.ops.admin import FlowAdmin, Issued
+    from spark_flow.records.commands import Issuer
 
-#: The operator's actions, as the console posts them.
-ACTIONS = ("stop-producers", "start-producers", "set", "unset")
 #: How far back a chart reaches into the controller's samples.
 CHART_WINDOW = timedelta(minutes=15)
 
@@ -130,28 +130,73 @@ def _intervals(points: list[dict[str, Any]]) -> list[list[float]]:
     return found
 
 
-def act(admin: FlowAdmin, request: Mapping[str, Any]) -> dict[str, Any]:
+def read_request(body: bytes) -> dict[str, Any]:
+    """An action's body as a JSON object, or a :class:`ConfigurationError` naming what is wrong
+    with it (not UTF-8, not JSON, nested deeper than an action is, not an object)."""
+    import json
+
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ConfigurationError("request", f"byte {error.start}", "a JSON object in UTF-8: the request is not UTF-8") from None
+    if _nesting(text) > MAX_NESTING:
+        raise ConfigurationError("request", f"{_nesting(text)} levels", f"a JSON object nested at most {MAX_NESTING} "
+                                                                      "levels: the request is nested too deeply")
+    try:
+        request = json.loads(text or "{}")
+    except json.JSONDecodeError as error:
+        raise ConfigurationError("request", f"{error.msg} at character {error.pos}",
+                                 "a JSON object: the request is not JSON") from None
+    if not isinstance(request, dict):
+        raise ConfigurationError("request", type(request).__name__, "a JSON object")
+    return request
+
+
+#: How deep an action's JSON may nest (``{"settings": {...}}`` is two levels).
+MAX_NESTING = 4
+
+
+def _nesting(text: str) -> int:
+    """How deep ``[`` and ``{`` nest in ``text`` (brackets in strings count too: a bound, not a
+    parse; the parser's recursion never sees a deeper body)."""
+    deepest = level = 0
+    for char in text:
+        if char in "[{":
+            level += 1
+            deepest = max(deepest, level)
+        elif char in "]}":
+            level -= 1
+    return deepest
+
+
+def act(admin: FlowAdmin, request: Mapping[str, Any], issuer: Issuer) -> Issued:
     """Issue the operator's action ``request`` (``{"action": "stop-producers", "target":
-    "events"}``; ``set`` takes ``settings`` {key: value}, ``unset`` ``keys`` [key]). Checked as the
-    CLI checks it: a bad one raises, naming what was wrong, and nothing is written."""
+    "events"}``; ``set`` takes ``settings`` {key: value}, ``unset`` ``keys`` [key]) as ``issuer``.
+    Checked as the CLI checks it: a bad one raises, naming what was wrong, and nothing is written."""
     action, target = request.get("action"), request.get("target")
-    if action not in ACTIONS:
-        raise ConfigurationError("action", action, ", ".join(ACTIONS))
+    if not isinstance(action, str) or action not in COMMANDS:
+        raise ConfigurationError("action", action, ", ".join(COMMANDS))
     if not isinstance(target, str) or not target:
         raise ConfigurationError("target", target, "a queue name or pattern")
-    if action == "stop-producers":
-        command = admin.stop_producers(target)
-    elif action == "start-producers":
-        command = admin.start_producers(target)
-    elif action == "set":
+    changes: dict[str, str | None] = {}
+    if action == "set":
         settings = request.get("settings")
         if not isinstance(settings, Mapping) or not settings:
             raise ConfigurationError("settings", settings, "at least one setting and its value, e.g. {\"stopCount\": 900}")
-        command = admin.set(target, {str(k): str(v) for k, v in settings.items()})
-    else:
+        changes = {str(key): _value(str(key), value) for key, value in settings.items()}
+    elif action == "unset":
         keys = request.get("keys")
         if not isinstance(keys, list) or not keys or not all(isinstance(k, str) for k in keys):
             raise ConfigurationError("keys", keys, "a list of settings to remove, e.g. [\"stopCount\"]")
-        command = admin.unset(target, *keys)
-    return {"command": command, "message": f"command {command}: {action} {target!r}, applied by the controller"}
+        changes = dict.fromkeys(keys)
+    return admin.issue(action, target, changes, issuer)
 
+
+def _value(key: str, value: Any) -> str:
+    """A setting's value as the command line gives it: a JSON string or number (a boolean as
+    ``true``/``false``)."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if not isinstance(value, str | int | float):
+        raise ConfigurationError(key, value, "a string or a number")
+    return str(value)

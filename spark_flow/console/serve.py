@@ -3,8 +3,8 @@
 home at that moment (one look at a time; requests that arrive during a look share the next).
 
 Who may act. Bound to loopback (the default), the console is for the machine's own users: its
-``Host`` header must name a loopback address, which keeps a web page's DNS rebinding from
-reaching it. Bound elsewhere, actions need a token (``--token-file`` or ``$SPARK_FLOW_TOKEN``,
+``Host`` header must be a loopback name literally, with the port (never resolved), which keeps
+a web page's DNS rebinding from reaching it. Bound elsewhere, actions need a token (``--token-file`` or ``$SPARK_FLOW_TOKEN``,
 sent as ``Authorization: Bearer``), unless the console is ``--read-only`` (it has no action at
 all). Every action must also carry the page's CSRF token in a header, as JSON, from the page's
 own origin: a form or script on another site can send none of these. No storage option, token
@@ -31,17 +31,20 @@ from importlib import resources
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from spark_flow.console.api import act, chart, overview, why
+from spark_flow.console.api import act, chart, overview, read_request, why
 from spark_flow.exceptions import ConfigurationError, SparkFlowError, StorageAccessError, one_line
 from spark_flow.ops.admin import FlowAdmin
-from spark_flow.ops.metrics import CONTENT_TYPE, exposition
+from spark_flow.ops.metrics import CONTENT_TYPE, exposition, unreadable
 from spark_flow.ops.view import HomeView, look
+from spark_flow.records.commands import Issuer
 
 log = logging.getLogger("spark_flow.console.serve")
 
 DEFAULT_PORT = 9108  # next to the node exporter's 9100 block, as exporters choose theirs
 DEFAULT_BIND = "127.0.0.1"
 TOKEN_ENV = "SPARK_FLOW_TOKEN"
+#: The header an action may name its issuer in (an authenticating proxy's, a script's).
+USER_HEADER = "X-Spark-Flow-User"
 MIN_TOKEN = 16
 STATIC = {"console.js": "text/javascript; charset=utf-8", "console.css": "text/css; charset=utf-8"}
 HEADERS = {
@@ -139,15 +142,33 @@ class FlowServer(ThreadingHTTPServer):
         return f"http://{host}:{self.server_address[1]}/"
 
     def allowed_host(self, host: str | None) -> bool:
-        """Whether a request's ``Host`` names this server: on loopback, only loopback names."""
+        """Whether a request's ``Host`` names this server: on loopback, only a literal loopback
+        name with this server's port (``127.0.0.1``, ``[::1]``, ``localhost``, the bound address).
+        A name is never resolved: a page on a name of the attacker's that resolves to loopback
+        (DNS rebinding) is refused."""
         if not self.options.loopback:
             return True
-        name = urlsplit(f"//{host or ''}").hostname or ""
-        return name in ("localhost", "127.0.0.1", "::1", self.options.bind) or (name.startswith("127.") and is_loopback(name))
+        port = self.server_address[1]
+        given = (host or "").strip().lower()
+        names = {"127.0.0.1", "localhost", "[::1]", _literal(self.options.bind)}
+        return given in {f"{name}:{port}" for name in names} | (names if port == 80 else set())
+
+    def same_origin(self, origin: str | None, host: str | None) -> bool:
+        """Whether an action's ``Origin`` (when sent) is this console's page: ``http://`` and the
+        very ``Host`` it was allowed by."""
+        return origin is None or (origin.strip().lower() == f"http://{(host or '').strip().lower()}"
+                                  and self.allowed_host(host))
+
+
+def _literal(bind: str) -> str:
+    """The bound address as a ``Host`` header names it (an IPv6 address in brackets)."""
+    bind = bind.lower()
+    return f"[{bind}]" if ":" in bind else bind
 
 
 class _Handler(BaseHTTPRequestHandler):
     server: FlowServer
+    _head_only = False  # a HEAD request: headers as GET's, no body
     server_version = "spark-flow"
     sys_version = ""
 
@@ -160,7 +181,8 @@ class _Handler(BaseHTTPRequestHandler):
                            **(headers or {})}.items():
             self.send_header(key, value)
         self.end_headers()
-        self.wfile.write(body)
+        if not self._head_only:
+            self.wfile.write(body)
 
     def _json(self, status: int, value: Any) -> None:
         self._send(status, json.dumps(value).encode(), "application/json")
@@ -172,10 +194,9 @@ class _Handler(BaseHTTPRequestHandler):
         query = {k: v[-1] for k, v in parse_qs(url.query).items()}
         try:
             if url.path == "/metrics":
-                view, took = self.server.looker.look()
-                return self._send(HTTPStatus.OK, exposition(view, took), CONTENT_TYPE)
+                return self._metrics()
             if url.path in ("/", "/index.html"):
-                return self._send(HTTPStatus.OK, self._page(), "text/html; charset=utf-8")
+                return self._send(self._home_status(), self._page(), "text/html; charset=utf-8")
             if url.path.startswith("/static/") and url.path[8:] in STATIC:
                 return self._send(HTTPStatus.OK, _static(url.path[8:]).encode(), STATIC[url.path[8:]])
             if url.path == "/api/overview":
@@ -198,8 +219,32 @@ class _Handler(BaseHTTPRequestHandler):
             return self._unavailable(error)
         return self._json(HTTPStatus.NOT_FOUND, {"error": f"no such page: {url.path}"})
 
+    def do_HEAD(self) -> None:
+        """As GET, without the body (a load balancer's or an uptime check's request)."""
+        self._head_only = True
+        self.do_GET()
+
+    def _metrics(self) -> None:
+        """The home's metrics; a home that cannot be read is ``spark_flow_home_up 0`` (200: this
+        server is up, Prometheus' ``up`` says so; its storage is not), logged as a 503 is."""
+        began = time.monotonic()
+        try:
+            view, took = self.server.looker.look()
+        except Exception as error:
+            log.warning("cannot read %s: %s", self.server.options.home, one_line(error))
+            return self._send(HTTPStatus.OK, unreadable(self.server.options.home, time.monotonic() - began), CONTENT_TYPE)
+        return self._send(HTTPStatus.OK, exposition(view, took), CONTENT_TYPE)
+
+    def _home_status(self) -> int:
+        """The page's status: 503 while the home cannot be read (the page says why), else 200."""
+        try:
+            self.server.looker.look()
+        except Exception:
+            return HTTPStatus.SERVICE_UNAVAILABLE
+        return HTTPStatus.OK
+
     def _unavailable(self, error: Exception) -> None:
-        """The home cannot be read now: 503 (Prometheus marks the scrape down), and a log line."""
+        """The home cannot be read now: 503 (a health check sees it), and a log line."""
         message = f"cannot read {self.server.options.home}: {one_line(error)}"
         log.warning("%s", message)
         return self._json(HTTPStatus.SERVICE_UNAVAILABLE, {"error": message})
@@ -211,22 +256,30 @@ class _Handler(BaseHTTPRequestHandler):
         length = self.headers.get("Content-Length") or "0"
         if not length.isdigit() or int(length) > 65536:
             return self._json(HTTPStatus.BAD_REQUEST, {"error": "an action is a JSON object of at most 64 KiB"})
+        issuer = self._issuer()
         try:
-            request = json.loads(self.rfile.read(int(length)) or b"{}")
-            if not isinstance(request, dict):
-                raise ConfigurationError("request", type(request).__name__, "a JSON object")
+            request = read_request(self.rfile.read(int(length)))  # a malformed one is refused before storage is
             with self.server.looker.lock:
-                done = act(self.server.admin, request)
-        except json.JSONDecodeError as error:
-            return self._json(HTTPStatus.BAD_REQUEST, {"error": f"the request is not JSON: {error.msg}"})
+                issued = act(self.server.admin, request, issuer)
         except StorageAccessError as error:
             return self._unavailable(error)
         except SparkFlowError as error:
             return self._json(HTTPStatus.BAD_REQUEST, {"error": str(error)})
-        except Exception as error:
+        except Exception as error:  # a well-formed action that storage failed: one line, as the CLI says it
             return self._unavailable(error)
-        log.info("console action from %s: %s", self.address_string(), done["message"])
-        return self._json(HTTPStatus.OK, done)
+        log.info("console action by %s: %s", issuer, issued.message)
+        return self._json(HTTPStatus.OK, {"command": issued.id, "message": issued.message,
+                                          "applied": list(issued.applied), "pending": dict(issued.pending)})
+
+    def _issuer(self) -> Issuer:
+        """Who acts (the ``X-Spark-Flow-User`` a proxy or script names, else the token's holder
+        or this machine's user at loopback, as claimed: the address is the fact), from where,
+        through the console."""
+        named = (self.headers.get(USER_HEADER) or "").strip()
+        if not named.isprintable() or len(named) > 64:
+            named = ""
+        who = named or ("token" if self._token_needed() else "loopback")
+        return Issuer(who, self.client_address[0], "console")
 
     def _refusal(self) -> tuple[int, dict[str, str]] | None:
         """Why an action is refused, None if it is not: the console is read-only, the request
@@ -238,8 +291,7 @@ class _Handler(BaseHTTPRequestHandler):
         host = self.headers.get("Host")
         if not self.server.allowed_host(host):
             return HTTPStatus.FORBIDDEN, {"error": "Host is not this server's loopback address"}
-        origin = self.headers.get("Origin")
-        if origin is not None and urlsplit(origin).netloc != host:
+        if not self.server.same_origin(self.headers.get("Origin"), host):
             return HTTPStatus.FORBIDDEN, {"error": "a cross-site request: Origin is not this console"}
         if (self.headers.get("Content-Type") or "").split(";")[0].strip() != "application/json":
             return HTTPStatus.FORBIDDEN, {"error": "an action is JSON (Content-Type: application/json)"}
@@ -268,6 +320,18 @@ class _Handler(BaseHTTPRequestHandler):
 
 def _static(name: str) -> str:
     return resources.files("spark_flow.console").joinpath("static", name).read_text(encoding="utf-8")
+
+
+def log_to_stderr() -> None:
+    """Log spark-flow's INFO lines (each console action with its issuer, a home that cannot be
+    read) to stderr, times in UTC as everywhere an operator reads one: ``spark-flow serve``'s log."""
+    handler = logging.StreamHandler()
+    formatter = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%Y-%m-%dT%H:%M:%SZ")
+    formatter.converter = time.gmtime
+    handler.setFormatter(formatter)
+    root = logging.getLogger("spark_flow")
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
 
 
 def serve(options: ServeOptions, ready: Any = None) -> None:

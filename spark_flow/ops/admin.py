@@ -1,21 +1,29 @@
-"""The operator's API over a home: :class:`FlowAdmin` (the ``spark-flow`` CLI and notebooks use
-it). It reads the registry, status and history tables, issues commands the controller applies,
-and deletes queues; it needs no SparkSession.
+"""The operator's API over a home: :class:`FlowAdmin` (the ``spark-flow`` CLI, the console and
+notebooks use it). It reads the registry, status and history tables, issues commands and
+deletes queues; it needs no SparkSession.
+
+A command is recorded (the commands table: its id, its issuer), then applied at once to each
+queue it names, as a controller applies it: the queue's run-time settings, which every gate reads
+at its next look, so it takes effect within one poll interval whether or not a controller runs.
+Neither judges a flow state (gates and the controller still do, with those settings). What an
+operator cannot apply now (storage refused the write) waits for a controller, which applies the
+commands in order; the answer (:class:`Issued`) says which.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from spark_flow.exceptions import ConfigurationError, HistoryNotFoundError, QueueNotFoundError
+from spark_flow.exceptions import ConfigurationError, HistoryNotFoundError, QueueNotFoundError, one_line
 from spark_flow.flow.dead_letter_queue import KEY as DEAD_LETTER_QUEUE
 from spark_flow.flow.dead_letter_queue import Origin, check_dead_letter_queue, dead_letter_queue, registered, replay
 from spark_flow.flow.deletion import DeletedQueue, delete_queue
 from spark_flow.flow.homeflow import HOME_QUEUE, HOME_ROW, open_home
 from spark_flow.flow.queue import Queue, open_queue
-from spark_flow.records.commands import ALL_QUEUES, CommandLog, command_settings, with_settings
+from spark_flow.records.commands import ALL_QUEUES, CommandLog, Issuer, command_settings, with_settings
 from spark_flow.records.home import Registry
 from spark_flow.records.status import control_table, status_schema
 from spark_flow.records.subscriptions import DEFAULT_SUBSCRIPTION, Subscription
@@ -26,12 +34,35 @@ from spark_flow.rules.settings import home_thresholds, queue_settings
 if TYPE_CHECKING:
     import pandas as pd
 
+#: The commands an operator issues on queues (:meth:`FlowAdmin.issue`).
+COMMANDS = ("stop-producers", "start-producers", "set", "unset")
 #: Queue settings an operator can ``set``: ``producersStopped`` has its own commands.
 SETTABLE = tuple(name for name in QUEUE_KEYS if name != "producersStopped")
 
 
+@dataclass(frozen=True)
+class Issued:
+    """What became of a command: its ``id``, the queues it was ``applied`` to (their gates obey
+    it from their next look) and those it is ``pending`` for, with why (a controller applies it)."""
+
+    id: int
+    command: str
+    target: str
+    changes: Mapping[str, str | None] = field(default_factory=dict)
+    applied: tuple[str, ...] = ()
+    pending: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def message(self) -> str:
+        """The answer an operator reads: ``command 7: set stopCount=900 on 'events': applied to events (...)``."""
+        changes = "".join(f" {key}" if value is None else f" {key}={value}" for key, value in self.changes.items())
+        said = [f"applied to {', '.join(self.applied)} (producers' gates obey it from their next look)"] if self.applied else []
+        said += [f"pending for {queue} until a flow controller applies it: {why}" for queue, why in self.pending.items()]
+        return f"command {self.id}: {self.command}{changes} on {self.target!r}: {'; '.join(said)}"
+
+
 class FlowAdmin:
-    """The operator's view of a home: queues, status, history, and commands to the controller.
+    """The operator's view of a home: queues, status, history, and commands.
 
     Parameters
     ----------
@@ -52,9 +83,11 @@ class FlowAdmin:
     >>> admin.why("events")                       # the stage that holds its producers, down the pipeline
     """
 
-    def __init__(self, home: str, storage_options: Mapping[str, str] | None = None) -> None:
+    def __init__(self, home: str, storage_options: Mapping[str, str] | None = None, *,
+                 issuer: Issuer | None = None) -> None:
         self.home = normalize_path(home)
         self.storage_options = dict(storage_options or {})
+        self.issuer = issuer or Issuer.this_process("python")  # recorded with each command
         self.registry = Registry(self.home, self.storage_options)
         self.commands = CommandLog(self.home, self.storage_options)
         self._status = control_table(self.home, "status", self.storage_options)
@@ -109,14 +142,42 @@ class FlowAdmin:
 
     def stop_producers(self, target: str = ALL_QUEUES) -> int:
         """Hold every producer of the queues ``target`` names, whatever their depth; returns the
-        command id. The controller applies it; gates obey it from their next look."""
-        self.matching(target)
-        return self.commands.append("stop-producers", target)
+        command id. Applied at once (see the module's docstring); gates obey it from their next look."""
+        return self.issue("stop-producers", target).id
 
     def start_producers(self, target: str = ALL_QUEUES) -> int:
         """Undo :meth:`stop_producers`; the queues' thresholds decide again."""
-        self.matching(target)
-        return self.commands.append("start-producers", target)
+        return self.issue("start-producers", target).id
+
+    def issue(self, command: str, target: str, changes: Mapping[str, str | None] | None = None,
+              issuer: Issuer | None = None) -> Issued:
+        """Check command ``command`` (``stop-producers``, ``start-producers``, ``set``, ``unset``
+        with its ``changes``) on the queues ``target`` names, record it with its issuer (this
+        admin's unless given), apply it to each queue now, and say what became of it."""
+        if command not in COMMANDS:
+            raise ConfigurationError("command", command, ", ".join(COMMANDS))
+        names = self.matching(target)
+        if command == "set":
+            changes = {_settable(key, value): str(value) for key, value in (changes or {}).items()}
+        elif command == "unset":
+            changes = {_settable(key, None): None for key in (changes or {})}
+        if command in ("set", "unset"):
+            if not changes:
+                raise ConfigurationError("settings", changes, "at least one setting, e.g. stopCount=900")
+            self._check(names, changes)
+        command_id = self.commands.append(command, target, changes, issuer or self.issuer)
+        settings = command_settings(command, dict(changes or {}))
+        registered, applied, pending = self.queues(), [], {}
+        for name in names:
+            try:
+                queue = open_queue(registered[name], self.storage_options)
+                runtime = queue.runtime_settings
+                queue_settings(name, queue.properties(), with_settings(runtime.current(), settings))
+                runtime.apply(settings, command_id)
+                applied.append(name)
+            except Exception as error:  # recorded: a controller applies it, or records why not
+                pending[name] = one_line(error)
+        return Issued(command_id, command, target, dict(changes or {}), tuple(applied), pending)
 
     def set(self, target: str, settings: Mapping[str, Any] | None = None, **more: Any) -> int:
         """Change settings (``stopCount=900``, ``resumeSize="8m"``, ``policy="ring"``) of the
@@ -125,17 +186,14 @@ class FlowAdmin:
         command is written: a change that would make a queue invalid is refused here, and so is
         a ``deadLetterQueue`` that cannot take its dead letters (the queue itself, a cycle of
         dead-letter queues, an existing table with other columns)."""
-        wanted = {**dict(settings or {}), **more}
-        if not wanted:
-            raise ConfigurationError("settings", wanted, "at least one setting, e.g. stopCount=900")
-        return self._change("set", target, {_settable(key, value): str(value) for key, value in wanted.items()})
+        return self.issue("set", target, {**dict(settings or {}), **more}).id
 
     def unset(self, target: str, *keys: str) -> int:
         """Remove run-time settings of the queues ``target`` names: each goes back to the value
         recorded with the queue (its table property) or the default; returns the command id."""
         if not keys:
             raise ConfigurationError("keys", keys, "at least one setting to remove, e.g. stopCount")
-        return self._change("unset", target, {_settable(key, None): None for key in keys})
+        return self.issue("unset", target, dict.fromkeys(keys)).id
 
     def set_home(self, settings: Mapping[str, Any] | None = None, **more: Any) -> int:
         """Change the home's limits (``homeStopCount=100000``, ``homeResumeSize="1g"``): checked
@@ -155,19 +213,20 @@ class FlowAdmin:
     def _change_home(self, command: str, changes: Mapping[str, str | None]) -> int:
         home = open_home(self.home, self.storage_options)
         home_thresholds(with_settings(home.settings_table.current(), changes))  # refused whole, before any write
-        command_id = self.commands.append(command, HOME_QUEUE, changes)
+        command_id = self.commands.append(command, HOME_QUEUE, changes, self.issuer)
         home.settings_table.apply(changes, command_id)
         return command_id
 
-    def _change(self, command: str, target: str, changes: Mapping[str, str | None]) -> int:
-        for name in self.matching(target):
+    def _check(self, names: list[str], changes: Mapping[str, str | None]) -> None:
+        """Refuse ``changes`` whole, before anything is written, if they would make one of the
+        queues ``names`` invalid."""
+        for name in names:
             queue = self.queue(name)
             runtime = with_settings(self._pending(queue), changes)
             settings = queue_settings(name, queue.properties(), runtime)
             if changes.get(DEAD_LETTER_QUEUE) is not None:
                 check_dead_letter_queue(settings, Origin.of(queue), registered(self.home, self.storage_options),
                                         self.storage_options)
-        return self.commands.append(command, target, changes)
 
     def _pending(self, queue: Queue) -> dict[str, str]:
         """A queue's run-time settings once the commands issued and not yet applied are."""

@@ -13,7 +13,7 @@ gauge ``spark_flow_flow_stopped`` and counter ``spark_flow_flow_stopped_total`` 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -79,6 +79,8 @@ METRICS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
     ("spark_flow_home_resume_messages", "gauge", HOME, "homeResumeCount; absent: not used."),
     ("spark_flow_home_stop_bytes", "gauge", HOME, "homeStopSize; absent: not used."),
     ("spark_flow_home_resume_bytes", "gauge", HOME, "homeResumeSize; absent: not used."),
+    ("spark_flow_home_up", "gauge", HOME,
+     "1 if the home's registry could be read at this scrape, 0 if not (storage unreachable or refused; nothing else is served)."),
     ("spark_flow_queues", "gauge", HOME, "Queues registered in the home."),
     ("spark_flow_status_updated_timestamp_seconds", "gauge", HOME,
      "When a flow controller last wrote the home's status table (Unix time); absent: never."),
@@ -147,6 +149,7 @@ def families(view: HomeView, duration: float = 0.0) -> list[Metric]:
         for name, value in (("stop_messages", limits.stop_count), ("resume_messages", limits.resume_count),
                             ("stop_bytes", limits.stop_size), ("resume_bytes", limits.resume_size)):
             add(f"spark_flow_home_{name}", h, value or None)
+    add("spark_flow_home_up", h, 1)
     add("spark_flow_queues", h, len(view.queues))
     add("spark_flow_status_updated_timestamp_seconds", h, _unix(view.status_updated))
     add("spark_flow_scrape_duration_seconds", h, duration)
@@ -188,11 +191,28 @@ class FlowCollector(Collector):
 
 def exposition(view: HomeView, duration: float = 0.0) -> bytes:
     """The metrics of one look as the text format serves them."""
+    return _text(families(view, duration))
+
+
+def unreadable(home: str, duration: float) -> bytes:
+    """The metrics of a look that could not read the home: ``spark_flow_home_up 0`` and how long
+    it tried, so an alert tells a dead storage from a dead ``serve`` (Prometheus' ``up``)."""
+    from prometheus_client.core import GaugeMetricFamily
+
+    found = []
+    for name, value in (("spark_flow_home_up", 0.0), ("spark_flow_scrape_duration_seconds", duration)):
+        family = GaugeMetricFamily(name, next(text for n, _, _, text in METRICS if n == name), labels=list(HOME))
+        family.add_metric([home], value)
+        found.append(family)
+    return _text(found)
+
+
+def _text(found: Iterable[Metric]) -> bytes:
     from prometheus_client import CollectorRegistry, generate_latest
 
     class _Once(Collector):
         def collect(self) -> Iterator[Metric]:
-            yield from families(view, duration)
+            yield from found
 
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Once())

@@ -130,6 +130,12 @@ class _Read:
         return max((t for t in times if t is not None), default=None)
 
 
+def iso_time(moment: datetime) -> str:
+    """A time as every operator's view shows one: ISO 8601 in UTC, to the second, with its zone
+    (``2026-11-28T10:52:14Z``), as the console, ``why`` and the CLI's tables do."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def look(home: str, storage_options: Mapping[str, str] | None = None) -> HomeView:
     """Read the home at ``home`` now: every registered queue, the downstream queues of their
     consumers, and the home's limits and recorded flow state. A queue that cannot be read is in

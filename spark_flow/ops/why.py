@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from spark_flow.ops.view import HomeView, QueueView, SubscriptionView
+from spark_flow.ops.view import HomeView, QueueView, SubscriptionView, iso_time
 
 
 @dataclass(frozen=True)
@@ -103,7 +103,7 @@ def _limits(queue: QueueView) -> str:
 def _consumer(sub: SubscriptionView) -> str:
     """What a consumer that is not backpressured is doing, from its acknowledgements."""
     state = "stalled" if sub.stalled else "not backpressured (slow, or not running)"
-    acknowledged = f"last acknowledgement at {sub.acked_at:%H:%M:%S} UTC" if sub.acked_at is not None else "never acknowledged"
+    acknowledged = f"last acknowledgement at {iso_time(sub.acked_at)}" if sub.acked_at is not None else "never acknowledged"
     return f"the consumer of subscription {sub.name} is {state}: oldest message waits {_duration(sub.age)}, {acknowledged}"
 
 

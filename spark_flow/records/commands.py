@@ -1,12 +1,16 @@
 """Operator commands (``stop-producers``, ``start-producers``, ``set``, ``unset``): a Delta
-table under the home, appended by operators (the CLI, :class:`~spark_flow.ops.admin.FlowAdmin`) and
-read in order by the controller, which applies them. The commit version is a command's id, so
-every reader sees one order, and a replayed controller batch applies the same commands.
+table under the home, appended by operators (the CLI, the console,
+:class:`~spark_flow.ops.admin.FlowAdmin`), who apply them at once, and read in order by the
+controller, which applies them again (by id: no change) or applies what an operator could not.
+The commit version is a command's id, so every reader sees one order, and a replayed controller
+batch applies the same commands. Each records its issuer: who, from where, through what.
 """
 
 from __future__ import annotations
 
+import getpass
 import json
+import socket
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -40,7 +44,38 @@ def _commands_schema() -> pa.Schema:
         pa.field("settings", pa.string(), nullable=False),
         pa.field("issued_at", pa.timestamp("us", tz="UTC"), nullable=False),
         pa.field("token", pa.string(), nullable=False),
+        *_issuer_fields(),
     ])
+
+
+def _issuer_fields() -> list[pa.Field]:
+    """The issuer's columns, added after the first version: nullable, and added to a table an
+    older spark-flow created at the first append that writes them (Delta's schema evolution)."""
+    import pyarrow as pa
+
+    return [pa.field(name, pa.string()) for name in ("issued_by", "issued_from", "issued_through")]
+
+
+@dataclass(frozen=True)
+class Issuer:
+    """Who issued a command (an OS user, a name a console request gives), from where (a host or
+    a client's address) and through what (``cli``, ``console``, ``python``)."""
+
+    by: str | None
+    source: str | None
+    through: str | None
+
+    @classmethod
+    def this_process(cls, through: str) -> Issuer:
+        """This process's OS user on this host, through ``through``."""
+        try:
+            user: str | None = getpass.getuser()
+        except (KeyError, OSError):  # a uid without a name (a container's)
+            user = None
+        return cls(user, socket.gethostname(), through)
+
+    def __str__(self) -> str:
+        return f"{self.by or 'unknown'} from {self.source or 'unknown'} through {self.through or 'unknown'}"
 
 
 @dataclass(frozen=True)
@@ -52,6 +87,9 @@ class Command:
     target: str
     settings: Mapping[str, str | None]
     issued_at: datetime
+    issued_by: str | None = None
+    issued_from: str | None = None
+    issued_through: str | None = None
 
 
 def command_settings(command: str, settings: Mapping[str, str | None]) -> dict[str, str | None]:
@@ -81,15 +119,18 @@ class CommandLog:
         self.location = control_path(home, "commands")
         self._table = RecordTable(self.location, storage_options)
 
-    def append(self, command: str, target: str, settings: Mapping[str, str | None] | None = None) -> int:
-        """Append one command as its own commit; return its id (that commit's version)."""
+    def append(self, command: str, target: str, settings: Mapping[str, str | None] | None = None,
+               issuer: Issuer | None = None) -> int:
+        """Append one command, by ``issuer``, as its own commit; return its id (that commit's version)."""
         import pyarrow as pa
 
-        token = uuid.uuid4().hex
+        token, issuer = uuid.uuid4().hex, issuer or Issuer(None, None, None)
         row = {"command": command, "target": target, "settings": json.dumps(dict(settings or {})),
-               "issued_at": datetime.now(UTC), "token": token}
+               "issued_at": datetime.now(UTC), "token": token, "issued_by": issuer.by,
+               "issued_from": issuer.source, "issued_through": issuer.through}
         append(self.location, pa.Table.from_pylist([row], schema=_commands_schema()), self._table.storage_options,
-               user_metadata=json.dumps({COMMAND_KEY: token}), properties={"delta.enableChangeDataFeed": "true"})
+               user_metadata=json.dumps({COMMAND_KEY: token}), properties={"delta.enableChangeDataFeed": "true"},
+               merge_schema=True)
         table = self._table.open()
         assert table is not None  # written just now
         for info in table.commit_infos(0):  # newest first: found at once unless many commands were issued meanwhile
@@ -113,10 +154,11 @@ class CommandLog:
         if upto <= after or table is None:
             return []
         changes = table.changes(after + 1, upto)
-        changes = changes.select(["command", "target", "settings", "issued_at", "_change_type", "_commit_version"])
+        issuers = [f.name for f in _issuer_fields() if f.name in changes.schema.names]  # none in an older table
+        changes = changes.select(["command", "target", "settings", "issued_at", *issuers, "_change_type", "_commit_version"])
         changes = changes.cast(pa.schema([f.with_type(pa.string()) if pa.types.is_string_view(f.type) else f
                                           for f in changes.schema]))
         changes = changes.filter(pc.equal(changes["_change_type"], "insert"))
         rows = sorted(changes.to_pylist(), key=lambda r: r["_commit_version"])
         return [Command(int(r["_commit_version"]), r["command"], r["target"], json.loads(r["settings"]),
-                        r["issued_at"]) for r in rows]
+                        r["issued_at"], r.get("issued_by"), r.get("issued_from"), r.get("issued_through")) for r in rows]

@@ -108,13 +108,13 @@ def test_each_scrape_reads_the_tables_as_they_are_then_without_a_controller(home
         queue.runtime_settings.changed_at("producersStopped").timestamp())
 
 
-def test_an_operator_command_not_applied_yet_holds_nobody_and_shows_so(home: str) -> None:
-    """What holds producers is what gates read: the run-time settings the controller applied,
-    not the commands waiting for it."""
+def test_an_operator_command_holds_at_once_without_a_controller_and_shows_so(home: str) -> None:
+    """What holds producers is what gates read: the run-time settings, which the operator's
+    command writes at once (no controller runs here)."""
     make_queue(home, "events")
     FlowAdmin(home).stop_producers("events")
     samples = scrape(home)
-    assert (value(samples, "spark_flow_producers_stopped", "events"), value(samples, "spark_flow_producers_held", "events")) == (0, 0)
+    assert (value(samples, "spark_flow_producers_stopped", "events"), value(samples, "spark_flow_producers_held", "events")) == (1, 1)
 
 
 def test_a_stalled_consumer_and_a_backpressured_one(home: str) -> None:

@@ -87,7 +87,8 @@ def test_an_action_needs_the_page_s_token_json_and_its_origin(home: str) -> None
         assert http(url, headers={"Host": "evil.example"})[0] == 403
         assert admin.commands.read() == []
         status, text = action(url, csrf, Origin=origin)
-        assert status == 200 and json.loads(text)["message"].endswith("stop-producers 'events', applied by the controller")
+        assert status == 200 and json.loads(text)["message"].endswith("stop-producers on 'events': applied to events "
+                                                                      "(producers' gates obey it from their next look)")
         assert [(c.command, c.target) for c in admin.commands.read()] == [("stop-producers", "events")]
         status, text = http(f"{url}api/action", "POST", {"action": "drop", "target": "events"},
                             {"Content-Type": "application/json", "X-CSRF-Token": csrf})
@@ -132,13 +133,16 @@ def test_no_secret_in_any_answer(home: str) -> None:
 
 
 def test_a_home_that_cannot_be_read_is_a_503_in_one_line_without_secrets() -> None:
-    """Nothing listens at the home's S3 endpoint: each scrape and page read answers 503 (Prometheus
-    marks the scrape down) with one line naming the home and storage's reason, never a key."""
+    """Nothing listens at the home's S3 endpoint: each page read answers 503 with one line naming
+    the home and storage's reason, never a key; a scrape answers ``spark_flow_home_up 0`` (serve
+    itself is up: Prometheus' ``up`` tells the two apart)."""
     home = "s3a://flow/home"
     storage = {"aws_endpoint_url": "http://127.0.0.1:1", "allow_http": "true", "aws_access_key_id": "tests",
                "aws_secret_access_key": "s3cr3t-Never-Shown", "aws_region": "us-east-1", "max_retries": "1"}
     with serving(home, storage_options=storage) as server:
-        for path in ("metrics", "api/overview"):
+        status, text = http(f"{server.url}metrics")
+        assert status == 200 and f'spark_flow_home_up{{home="{home}"}} 0.0' in text and "s3cr3t" not in text
+        for path in ("api/overview",):
             status, text = http(f"{server.url}{path}")
             error = json.loads(text)["error"]
             assert status == 503 and error.startswith(f"cannot read {home}: cannot use {home}/_spark_flow/")

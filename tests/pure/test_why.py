@@ -44,7 +44,7 @@ def test_the_root_cause_says_when_its_consumer_last_acknowledged_or_that_it_neve
     acked = queue.subscriptions.get("default").acked_at
     assert look_as_a_producer(queue).held and acked is not None
     [stage] = explain(look(home), "enriched")
-    assert stage.causes[0].endswith(f", last acknowledgement at {acked:%H:%M:%S} UTC"), stage.causes[0]
+    assert stage.causes[0].endswith(f", last acknowledgement at {acked:%Y-%m-%dT%H:%M:%S}Z"), stage.causes[0]
 
 
 def test_the_cause_moves_when_the_root_stage_drains(tmp_path: Path) -> None:
