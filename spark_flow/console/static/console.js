@@ -27,7 +27,8 @@ function el(tag, attrs = {}, ...children) {
   return node;
 }
 
-const clock = (seconds) => (seconds ? new Date(seconds * 1000).toLocaleTimeString() : "-");
+// Every time an operator reads is in one form, UTC with its zone, as `why` and the CLI give it.
+const clock = (seconds) => (seconds ? new Date(seconds * 1000).toISOString().replace(/\.\d{3}Z$/, "Z") : "-");
 const ago = (seconds) => (seconds ? `${Math.max(0, Math.round(Date.now() / 1000 - seconds))}s ago` : "never");
 
 function limits(t) {
@@ -81,8 +82,7 @@ function render(data) {
 }
 
 function renderTable(queues, causes) {
-  const body = document.querySelector("#queues tbody");
-  body.replaceChildren(...queues.map((q) => {
+  patchRows(document.querySelector("#queues tbody"), queues.map((q) => {
     const subs = q.subscriptions.map((s) => el("div", { class: "subscription", "data-subscription": s.name },
       `${s.name}: ${s.depth.count}`, s.flow_stopped ? " (flow-stopped)" : "",
       s.stalled ? el("span", { class: "badge stalled" }, "stalled") : null,
@@ -101,6 +101,26 @@ function renderTable(queues, causes) {
     row.addEventListener("click", (event) => { if (event.target.tagName !== "BUTTON") select(q.name); });
     return row;
   }));
+}
+
+// Put `rows` in `body`, keeping each row and cell that has not changed: an unchanged page is left
+// alone between refreshes, so an operator's text selection (and the row clicked) survives them.
+function patchRows(body, rows) {
+  const kept = new Map([...body.children].map((row) => [row.dataset.queue, row]));
+  rows.forEach((row, i) => {
+    const old = kept.get(row.dataset.queue);
+    kept.delete(row.dataset.queue);
+    let placed = row;
+    if (old && old.cells.length === row.cells.length) {
+      for (const name of ["class", "data-held"]) old.setAttribute(name, row.getAttribute(name));
+      [...row.cells].forEach((cell, c) => { if (!old.cells[c].isEqualNode(cell)) old.replaceChild(cell, old.cells[c]); });
+      placed = old;
+    } else if (old) {
+      old.remove();
+    }
+    if (body.children[i] !== placed) body.insertBefore(placed, body.children[i] || null);
+  });
+  for (const row of kept.values()) row.remove();
 }
 
 function renderHome(data) {
@@ -188,7 +208,7 @@ function drawChart() {
   const svg = document.getElementById("chart");
   const points = [...(lastChart ? lastChart.points : []), ...live].sort((a, b) => a.t - b.t);
   if (!points.length) { svg.replaceChildren(); return; }
-  const width = 600, height = 220, left = 45, bottom = 20;
+  const width = 600, height = 220, left = 45, bottom = 20;  // the time labels below, in UTC
   const t0 = points[0].t, t1 = Math.max(points[points.length - 1].t, t0 + 1);
   const top = Math.max(1, ...points.map((p) => Math.max(p.depth, p.stop || 0))) * 1.1;
   const x = (t) => left + ((t - t0) / (t1 - t0)) * (width - left - 5);
@@ -208,7 +228,9 @@ function drawChart() {
     el("svg:path", { class: "stop", d: step("stop") }), el("svg:path", { class: "resume", d: step("resume") }),
     el("svg:path", { class: "depth", d: step("depth") }),
     el("svg:text", { x: 2, y: 12 }, Math.round(top)), el("svg:text", { x: 2, y: height - bottom }, "0"),
-    el("svg:text", { x: left, y: height - 4 }, clock(t0)), el("svg:text", { x: width - 60, y: height - 4 }, clock(t1)));
+    el("svg:text", { class: "unit", x: 2, y: 26 }, "messages"),
+    el("svg:text", { class: "time", x: left, y: height - 4 }, clock(t0)),
+    el("svg:text", { class: "time", x: width - 2, y: height - 4, "text-anchor": "end" }, clock(t1)));
 }
 
 function actionButtons(queue) {
@@ -227,7 +249,7 @@ function confirmAction(action, queue) {
   const texts = {
     "stop-producers": `Stop every producer of queue ${queue}, whatever its depth?`,
     "start-producers": `Start the producers of queue ${queue} again (its thresholds decide)?`,
-    set: `Change a setting of queue ${queue} (applied by the controller):`,
+    set: `Change a setting of queue ${queue} (in force from its producers' next look):`,
     unset: `Remove a run-time setting of queue ${queue} (back to its recorded value):`,
   };
   document.getElementById("confirm-text").textContent = texts[action];
@@ -247,7 +269,8 @@ async function post(request) {
   if (token) headers.Authorization = `Bearer ${token}`;
   const response = await fetch("/api/action", { method: "POST", headers, body: JSON.stringify(request) });
   const body = await response.json();
-  say(response.ok ? body.message : `refused: ${body.error}`, response.ok);
+  // applied, or pending for a controller (said in the message, shown as a warning)
+  say(response.ok ? body.message : `refused: ${body.error}`, response.ok && !Object.keys(body.pending || {}).length);
   return response.ok;
 }
 
