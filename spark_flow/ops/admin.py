@@ -13,6 +13,7 @@ commands in order; the answer (:class:`Issued`) says which.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,6 +24,7 @@ from spark_flow.flow.dead_letter_queue import Origin, check_dead_letter_queue, d
 from spark_flow.flow.deletion import DeletedQueue, delete_queue
 from spark_flow.flow.homeflow import HOME_QUEUE, HOME_ROW, open_home
 from spark_flow.flow.queue import Queue, open_queue
+from spark_flow.ops.view import READS_AT_ONCE
 from spark_flow.records.commands import ALL_QUEUES, CommandLog, Issuer, command_settings, with_settings
 from spark_flow.records.home import Registry
 from spark_flow.records.status import control_table, status_schema
@@ -167,17 +169,24 @@ class FlowAdmin:
             self._check(names, changes)
         command_id = self.commands.append(command, target, changes, issuer or self.issuer)
         settings = command_settings(command, dict(changes or {}))
-        registered, applied, pending = self.queues(), [], {}
-        for name in names:
+        registered = self.queues()
+
+        def apply(name: str) -> str | None:
+            """Apply the command to queue ``name``; None if done, else why not."""
             try:
                 queue = open_queue(registered[name], self.storage_options)
                 runtime = queue.runtime_settings
                 queue_settings(name, queue.properties(), with_settings(runtime.current(), settings))
                 runtime.apply(settings, command_id)
-                applied.append(name)
             except Exception as error:  # recorded: a controller applies it, or records why not
-                pending[name] = one_line(error)
-        return Issued(command_id, command, target, dict(changes or {}), tuple(applied), pending)
+                return one_line(error)
+            return None
+
+        with ThreadPoolExecutor(READS_AT_ONCE) as pool:  # every queue of a home at once: mostly waiting on storage
+            outcomes = dict(zip(names, pool.map(apply, names), strict=True))
+        applied = tuple(name for name, why in outcomes.items() if why is None)
+        pending = {name: why for name, why in outcomes.items() if why is not None}
+        return Issued(command_id, command, target, dict(changes or {}), applied, pending)
 
     def set(self, target: str, settings: Mapping[str, Any] | None = None, **more: Any) -> int:
         """Change settings (``stopCount=900``, ``resumeSize="8m"``, ``policy="ring"``) of the
