@@ -131,7 +131,8 @@ def declare_registered(spark: SparkSession, admin: FlowAdmin, path: Path, schema
 def test_an_available_now_controller_looks_once_per_run(spark: SparkSession, tmp_path: Path) -> None:
     """Run on a schedule (serverless compute has no processing-time triggers): each run looks at
     every queue once, applies the commands issued since the last run, and stops by itself. A
-    run's look comes before its commands: their effect is in the next run's status."""
+    command is in force once issued (its issuer applies it): the next run's look judges with it,
+    and that run records the command after the transition it caused."""
     home, path = str(tmp_path / "home"), str(tmp_path / "q")
     queue = declare(spark, path, SCHEMA, settings={"stopCount": 5, "resumeCount": 2})
     admin = FlowAdmin(home)
@@ -152,7 +153,7 @@ def test_an_available_now_controller_looks_once_per_run(spark: SparkSession, tmp
     assert queue.runtime_settings.applied() == command
     third = run()
     assert (third["stop_count"], third["flow_stopped"], third["flow_stopped_count"]) == (50, False, 1)
-    assert [r["event"] for r in admin.history("q") if r["event"] != "sample"] == ["stopped", "command", "resumed"]
+    assert [r["event"] for r in admin.history("q") if r["event"] != "sample"] == ["stopped", "resumed", "command"]
 
 
 def test_manual_stop_holds_a_producer_with_an_empty_queue_and_start_releases_it(
