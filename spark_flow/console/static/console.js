@@ -112,7 +112,9 @@ function patchRows(body, rows) {
     kept.delete(row.dataset.queue);
     let placed = row;
     if (old && old.cells.length === row.cells.length) {
-      for (const name of ["class", "data-held"]) old.setAttribute(name, row.getAttribute(name));
+      for (const name of ["class", "data-held"]) {
+        if (row.hasAttribute(name)) old.setAttribute(name, row.getAttribute(name)); else old.removeAttribute(name);
+      }
       [...row.cells].forEach((cell, c) => { if (!old.cells[c].isEqualNode(cell)) old.replaceChild(cell, old.cells[c]); });
       placed = old;
     } else if (old) {
