@@ -19,7 +19,7 @@ import pytest
 from _common import local_conf
 from pyspark.sql import SparkSession
 from support.servers import Governed
-from support.stores import Store
+from support.stores import IO_SCHEMA, Io, Store
 
 from spark_flow.spark.session import get_spark
 
@@ -98,14 +98,22 @@ def spark() -> Iterator[SparkSession]:
 
 
 @pytest.fixture(params=["deltalake", "engine"])
-def io(request: pytest.FixtureRequest, spark: SparkSession) -> Iterator[str]:
-    """How the test's processes reach the tables (``spark.flow.io``): deltalake in this Python, or
-    the engine, the session itself (docs/design.md 2.10): one test, both stores."""
-    spark.conf.set("spark.flow.io", request.param)
+def io(request: pytest.FixtureRequest, spark: SparkSession, tmp_path: Path) -> Iterator[Io]:
+    """How the test's processes reach the tables (``spark.flow.io``): deltalake in this Python, on
+    paths; or the engine, the session itself, on catalog names, a queue and its home as tables of
+    one schema, as on governed compute (docs/design.md 2.10): one test, both stores."""
+    found = Io(request.param, tmp_path)
+    spark.conf.set("spark.flow.io", found.mode)
+    if found.mode == "engine":  # the schema's location is the catalog's storage, not the test's concern
+        spark.sql(f"CREATE DATABASE {IO_SCHEMA} LOCATION '{tmp_path / 'warehouse'}'")
+        spark.conf.set("spark.flow.home", IO_SCHEMA)
     try:
-        yield request.param
+        yield found
     finally:
         spark.conf.unset("spark.flow.io")
+        if found.mode == "engine":
+            spark.conf.unset("spark.flow.home")
+            spark.sql(f"DROP DATABASE IF EXISTS {IO_SCHEMA} CASCADE")
 
 
 @pytest.fixture(scope="module", autouse=True)

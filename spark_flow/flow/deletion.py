@@ -31,6 +31,7 @@ from spark_flow.flow.queue import CATALOG_TABLE, Queue
 from spark_flow.records.home import CONTROL_DIR, Registry
 from spark_flow.records.status import control_table
 from spark_flow.records.subscriptions import READER_TIMEOUT, age, process_gone
+from spark_flow.rules.names import home_member, state_member
 from spark_flow.store.access import remove_location
 from spark_flow.store.handles import forget
 from spark_flow.store.table import is_table, sql_string
@@ -125,8 +126,8 @@ def _guard(queue: Queue, *, if_empty: bool, if_unused: bool) -> None:
 def _state_left(home: str, name: str, storage_options: Mapping[str, str]) -> str | None:
     """The state of a queue whose table is gone: where its home keeps queues' state
     (``<home>/<queue>``), if a subscriptions table is there."""
-    state = posixpath.join(home, name)
-    return state if is_table(posixpath.join(state, "subscriptions"), storage_options) else None
+    state = home_member(home, name)
+    return state if is_table(state_member(state, "subscriptions"), storage_options) else None
 
 
 def _within(inner: str, outer: str) -> bool:

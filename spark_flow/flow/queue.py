@@ -15,7 +15,6 @@ queue deleted (``FlowAdmin.delete_queue``, ``DROP TABLE``, its directory removed
 from __future__ import annotations
 
 import json
-import posixpath
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Literal
 
@@ -26,7 +25,7 @@ from spark_flow.records.runtime_settings import RUNTIME_SETTINGS_FOLDER, Runtime
 from spark_flow.records.subscriptions import DEFAULT_SUBSCRIPTION, Subscription, SubscriptionTable
 from spark_flow.records.transitions import TransitionTable
 from spark_flow.rules.depth import Depth, Position
-from spark_flow.rules.names import normalize_path, queue_name
+from spark_flow.rules.names import normalize_path, queue_name, state_member
 from spark_flow.rules.settings import QueueSettings, queue_settings
 from spark_flow.store.handles import forget, shared
 from spark_flow.store.ledger import Ledger
@@ -75,10 +74,10 @@ class Queue:
         state = properties[STATE_LOCATION]
         self.owner = Owner(self.name, self._table, state)
         kept, owner = self.storage_options, self.owner  # the state tables are written while the queue is there
-        self.subscriptions = SubscriptionTable(posixpath.join(state, "subscriptions"), self.name, kept, owner=owner)
-        self.history = TransitionTable(posixpath.join(state, "history"), self.name, kept, owner=owner)
-        self.runtime_settings = RuntimeSettings(posixpath.join(state, RUNTIME_SETTINGS_FOLDER), kept, owner=owner)
-        self.hold_times = HoldTimes(posixpath.join(state, "holds"), kept, owner=owner)
+        self.subscriptions = SubscriptionTable(state_member(state, "subscriptions"), self.name, kept, owner=owner)
+        self.history = TransitionTable(state_member(state, "history"), self.name, kept, owner=owner)
+        self.runtime_settings = RuntimeSettings(state_member(state, RUNTIME_SETTINGS_FOLDER), kept, owner=owner)
+        self.hold_times = HoldTimes(state_member(state, "holds"), kept, owner=owner)
         self.recorder = FlowRecorder(self.subscriptions, self.history,
                                      lambda sub: f"queue {self.name!r} subscription {sub!r}")
         self._settings: tuple[tuple[dict[str, str], dict[str, str]], QueueSettings] | None = None

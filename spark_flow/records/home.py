@@ -14,11 +14,11 @@ Everything several Spark applications share lives under the home, in Delta table
 
 from __future__ import annotations
 
-import posixpath
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from spark_flow.rules.names import home_member, state_member
 from spark_flow.store.table import ALL, Merge, sql_string
 from spark_flow.store.tables import RecordTable
 
@@ -31,7 +31,7 @@ HOME_CONF = "spark.flow.home"
 
 def control_path(home: str, table: str) -> str:
     """The location of one of the control plane's tables."""
-    return posixpath.join(home.rstrip("/"), CONTROL_DIR, table)
+    return state_member(home_member(home, CONTROL_DIR), table)
 
 
 def _schema() -> pa.Schema:

@@ -10,7 +10,6 @@ Spark Connect session. Everything after (the handle, the depth, the acks) reads 
 from __future__ import annotations
 
 import json
-import posixpath
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -33,7 +32,7 @@ from spark_flow.records.runtime_settings import RUNTIME_SETTINGS_FOLDER, Runtime
 from spark_flow.records.subscriptions import DEFAULT_SUBSCRIPTION
 from spark_flow.rules.depth import METADATA_KEY
 from spark_flow.rules.keys import PROPERTY_PREFIX, conf_settings, is_setting, queue_setting, setting_name
-from spark_flow.rules.names import QueueRef, normalize_path, queue_ref
+from spark_flow.rules.names import QueueRef, home_member, is_path, normalize_path, queue_ref, state_member
 from spark_flow.rules.settings import queue_settings
 from spark_flow.spark.session import session_flow_conf, session_storage_options
 from spark_flow.store.access import check_access
@@ -114,9 +113,9 @@ def declare(
     wanted = _columns_of(schema)
     at = _state_location(state_location, conf, ref.name)
     home = normalize_path(conf[HOME_CONF]) if conf.get(HOME_CONF) else None
-    for location in (home, state_location):  # deltalake reaches them before Spark creates anything
+    for location in (home, state_location):  # reached before Spark creates anything
         if location:
-            check_access(location, storage)
+            _check_location(spark, location, storage, schema=location == home)
     detail = _detail(spark, ref, storage)  # a path's look is its access check too
     if home:
         record_home_conf(open_home(home, storage), conf)  # a bad home limit fails before the queue is made
@@ -144,9 +143,9 @@ def _adopt(spark: SparkSession, ref: QueueRef, detail: Mapping[str, Any], wanted
     if wanted is not None and _columns(existing) != _columns(wanted):
         raise SchemaMismatchError(ref.name, existing.simpleString(), wanted.simpleString(),
                                   "the existing table's columns differ from the declared schema")
-    has, location = detail["properties"], normalize_path(detail["location"])
+    has, location = detail["properties"], _location(detail, storage)
     state = has.get(STATE_LOCATION) or state_location(location)
-    runtime = RuntimeSettings(posixpath.join(state, RUNTIME_SETTINGS_FOLDER), storage).current()
+    runtime = RuntimeSettings(state_member(state, RUNTIME_SETTINGS_FOLDER), storage).current()
     recorded = {setting_name(k) for k in [*has, *properties, *runtime] if is_setting(k)}
     missing = {key: raw for key, raw in given.items() if setting_name(key) not in recorded}
     settings = queue_settings(ref.name, has, missing, properties, runtime)  # the whole as it will be, before any write
@@ -170,7 +169,7 @@ def _create(spark: SparkSession, ref: QueueRef, wanted: StructType | None, prope
     """Create a queue: a Delta table with Change Data Feed on and its settings as properties
     (the given ones over the conf's), its dead-letter queue checked. Returns its location: a
     path queue's is its path, as :func:`queue_location` gives it to every process; a catalog
-    table's, Delta's."""
+    table's, :func:`_location`'s."""
     if wanted is None:
         raise QueueNotFoundError(ref.name, "it does not exist yet, and a schema is needed to create it")
     settings = queue_settings(ref.name, given, properties)  # every bad value fails before any write
@@ -189,21 +188,35 @@ def _create(spark: SparkSession, ref: QueueRef, wanted: StructType | None, prope
         detail = _detail(spark, ref, storage)
         if detail is None:
             raise QueueNotFoundError(ref.name, f"table {ref.sql} was dropped while it was declared")
-        location = normalize_path(detail["location"])
+        location = _location(detail, storage)
         recorded = {STATE_LOCATION: state_location(location), CATALOG_TABLE: detail["name"]}
     spark.sql(f"ALTER TABLE {ref.sql} SET TBLPROPERTIES ({_sql_properties(recorded)})")
     return location
 
 
+def _check_location(spark: SparkSession, location: str, storage: Mapping[str, str], *, schema: bool) -> None:
+    """Raise, naming it, where the queue's state cannot go: a path this process cannot reach, or
+    a schema not in the catalog (the home's, or a catalog state location's)."""
+    if is_path(location):
+        check_access(location, storage)
+        return
+    named = location if schema else location.rpartition(".")[0]
+    if not named or not spark.catalog.databaseExists(named):
+        key = HOME_CONF if schema else "state_location"
+        raise ConfigurationError(key, location, f"a path, or {'a schema' if schema else 'a table name in a schema'} "
+                                 f"in the catalog (CREATE SCHEMA {named or '<schema>'} first)")
+
+
 def _state_location(given: str | None, conf: Mapping[str, str], name: str) -> Callable[[str], str]:
     """Where a queue at a location keeps its state: ``state_location`` as given, else
-    ``<home>/<name>`` with a home, else ``_flow`` inside the table's directory."""
+    ``<home>/<name>`` with a home (``<schema>.<name>_*`` tables in a schema home), else ``_flow``
+    inside the table's directory (``<table>__flow_*`` tables beside a catalog name's)."""
     def at(location: str) -> str:
         if given:
             return normalize_path(given)
         if conf.get(HOME_CONF):
-            return posixpath.join(normalize_path(conf[HOME_CONF]), name)
-        return posixpath.join(location, "_flow")
+            return home_member(normalize_path(conf[HOME_CONF]), name)
+        return state_member(location, "_flow")
 
     return at
 
@@ -216,7 +229,7 @@ def _locator(spark: SparkSession, storage: Mapping[str, str]) -> Locate:
         if ref.path is not None:
             return ref.path
         detail = _detail(spark, ref, storage)
-        return normalize_path(detail["location"]) if detail is not None else None
+        return _location(detail, storage) if detail is not None else None
 
     return locate
 
@@ -266,10 +279,19 @@ def queue_location(spark: SparkSession, queue: str) -> str:
     ref = queue_ref(queue)
     if ref.path:
         return ref.path
-    detail = _detail(spark, ref, {})
+    storage = session_storage_options(spark)
+    detail = _detail(spark, ref, storage)
     if detail is None:
         raise QueueNotFoundError(queue, "no such table in the catalog")
-    return normalize_path(detail["location"])
+    return _location(detail, storage)
+
+
+def _location(detail: Mapping[str, Any], storage: Mapping[str, str]) -> str:
+    """Where every process opens a catalog table's queue: its storage location where this
+    process reads it with deltalake, else its name (a managed table's storage is the engine's
+    alone on governed compute)."""
+    location = normalize_path(detail["location"])
+    return str(detail["name"]) if uses_engine(location, storage) else location
 
 
 def purge_acknowledged(spark: SparkSession, queue: str) -> int:

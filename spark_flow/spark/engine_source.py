@@ -26,10 +26,11 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql.streaming.listener import QueryIdleEvent, QueryProgressEvent, QueryStartedEvent, QueryTerminatedEvent
 
 from spark_flow.exceptions import ConfigurationError, QueueNotFoundError
-from spark_flow.rules.names import normalize_path
+from spark_flow.rules.names import is_path, normalize_path
 from spark_flow.rules.storage_options import IO_OPTION
 from spark_flow.spark.listener import ClosingListener
 from spark_flow.spark.session import close_before_stop
+from spark_flow.store.engine import load
 from spark_flow.store.io import attach
 
 if TYPE_CHECKING:
@@ -69,9 +70,9 @@ def read_engine_queue(spark: SparkSession, queue: Queue, settings: SourceOptions
     reader = spark.readStream.format("delta").option("readChangeFeed", "true").option("startingVersion", max(0, done))
     for key, value in delta_options.items():
         reader = reader.option(key, value)
-    frame = reader.load(queue.path).where((F.col("_change_type") == "insert") & (F.col("_commit_version") > done))
+    frame = load(reader, queue.path).where((F.col("_change_type") == "insert") & (F.col("_commit_version") > done))
     columns = [F.col(f"`{column}`") for column in queue.schema().names]
-    acks(spark).follow(queue, name)
+    acks(spark).follow(queue, name, _described_as(spark, queue.path))
     return frame.select(*columns, F.col("_commit_version").alias("_position"),
                         F.col("_commit_timestamp").alias("_enqueue_time"))
 
@@ -105,15 +106,16 @@ class EngineAcks(ClosingListener):
             self._closed = True
         super().close()
 
-    def follow(self, queue: Queue, subscription: str) -> None:
-        """Acknowledge ``subscription`` of ``queue`` as the queries reading it progress."""
+    def follow(self, queue: Queue, subscription: str, described_as: str) -> None:
+        """Acknowledge ``subscription`` of ``queue`` as the queries reading it progress (their
+        Delta source named by the table's storage location, ``described_as``)."""
         with self._lock:
-            known = self._followed.get(normalize_path(queue.path))
+            known = self._followed.get(described_as)
             if known is not None and known[1] != subscription:
                 raise ConfigurationError("subscription", subscription, f"{known[1]!r}: under {IO_OPTION}=engine a "
                                          f"process reads queue {queue.name!r} for one subscription (Delta's source "
                                          "names the table, not the subscription)")
-            self._followed[normalize_path(queue.path)] = (queue, subscription)
+            self._followed[described_as] = (queue, subscription)
 
     def onQueryStarted(self, event: QueryStartedEvent) -> None:
         """Nothing is read before the first batch."""
@@ -142,6 +144,14 @@ class EngineAcks(ClosingListener):
                 queue.acknowledge(subscription, done)
             except QueueNotFoundError as error:  # the query fails with it at its next batch
                 log.info("%s", error)
+
+
+def _described_as(spark: SparkSession, location: str) -> str:
+    """The storage location Delta's source names the table at ``location`` by in its
+    description: a path, or a catalog table's location."""
+    if is_path(location):
+        return normalize_path(location)
+    return normalize_path(str(spark.sql(f"DESCRIBE DETAIL {location}").first()["location"]))  # type: ignore[index]
 
 
 def _delta_source_path(description: str | None) -> str | None:

@@ -19,14 +19,15 @@ making a new table in the queue's place) removes what it left and raises
 from __future__ import annotations
 
 import logging
-import posixpath
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from spark_flow.records.subscriptions import PROCESS
 from spark_flow.records.writer_claim import WriterClaim, needs_claim
+from spark_flow.rules.names import state_member
 from spark_flow.spark.session import is_connect
 from spark_flow.store.appends import DirectAppender
+from spark_flow.store.engine import save
 from spark_flow.store.io import uses_engine
 from spark_flow.store.table import retry, with_transaction
 
@@ -57,7 +58,7 @@ class QueueWriter:
         self.queue = queue
         self._claim: WriterClaim | None = None
         if needs_claim(queue.path, delta_conf):  # before this application writes anything there
-            self._claim = WriterClaim(posixpath.join(queue.state_location, "writers"), queue.name, queue.path,
+            self._claim = WriterClaim(state_member(queue.state_location, "writers"), queue.name, queue.path,
                                       delta_conf.get("spark.app.id") or PROCESS, storage_options, owner=queue.owner)
             self._claim.renew()
         # the engine appends with Delta's writer: a direct append's commit is deltalake's
@@ -85,7 +86,7 @@ class QueueWriter:
                   .option("userMetadata", with_transaction(metadata, (app_id, txn_version))))
 
         def write() -> None:
-            writer.save(self.queue.path)
+            save(writer, self.queue.path)
             self.queue.owner.require()  # Delta's writer made a new table where the queue was
 
         retry(write, conflicts, attempts=_WRITE_RETRIES, delay=0.05, longest=1.0,

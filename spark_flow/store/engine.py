@@ -21,6 +21,7 @@ from datetime import UTC
 from typing import TYPE_CHECKING, Any
 
 from spark_flow.exceptions import ConfigurationError
+from spark_flow.rules.names import is_path
 from spark_flow.rules.storage_options import IO_OPTION
 from spark_flow.store.io import engine_session
 from spark_flow.store.table import ALL, CommitConflict, Merge, sql_string, transaction_of, with_transaction
@@ -50,9 +51,21 @@ _CONFLICT = re.compile(r"Concurrent\w*Exception|MetadataChangedException|Protoco
 
 def table_name(location: str) -> str:
     """How Spark SQL names the table: a path as ``delta.`<path>```, a catalog name as it is."""
-    if "://" in location or location.startswith("/"):
+    if is_path(location):
         return "delta.`" + location.replace("`", "``") + "`"
     return location
+
+
+def load(reader: Any, location: str) -> DataFrame:
+    """A (batch or streaming) reader's DataFrame of the table at ``location``: a path's, or a
+    catalog table's by name."""
+    frame: DataFrame = reader.load(location) if is_path(location) else reader.table(location)
+    return frame
+
+
+def save(writer: Any, location: str) -> None:
+    """Run a DataFrame writer into the table at ``location``: a path's, or a catalog table's by name."""
+    writer.save(location) if is_path(location) else writer.saveAsTable(location)
 
 
 def _no_table(error: Exception) -> bool:
@@ -93,7 +106,7 @@ def engine_is_table(location: str, storage_options: Mapping[str, str] | None = N
     spark = engine_session(location)
     if time.monotonic() - _ABSENT.get(location, -math.inf) < _ABSENT_FOR:
         return False
-    if table_name(location) != location:
+    if is_path(location):
         log = location.rstrip("/") + "/_delta_lo[g]/*"
         try:
             if spark.read.format("binaryFile").load([log, log]).select("path").limit(1).collect():
@@ -123,7 +136,7 @@ def engine_create_empty(location: str, schema: pa.Schema, storage_options: Mappi
     # "error", not "errorifexists", which Spark Connect's client refuses (UNSUPPORTED_OPERATION)
     writer = _frame(engine_session(location), schema.empty_table()).write.format("delta").mode("error")
     _ABSENT.pop(location, None)
-    writer.save(location) if table_name(location) != location else writer.saveAsTable(location)
+    save(writer, location)
 
 
 def engine_append(location: str, rows: pa.Table, storage_options: Mapping[str, str] | None = None, *,
@@ -143,7 +156,7 @@ def engine_append(location: str, rows: pa.Table, storage_options: Mapping[str, s
     if merge_schema:
         writer = writer.option("mergeSchema", "true")
     _ABSENT.pop(location, None)
-    _committed(lambda: writer.save(location) if table_name(location) != location else writer.saveAsTable(location))
+    _committed(lambda: save(writer, location))
 
 
 def _assignments(assigned: Mapping[str, str]) -> str:
@@ -209,7 +222,7 @@ class EngineTable:
         reader = self._spark.read.format("delta")
         if self._pinned is not None:
             reader = reader.option("versionAsOf", self._pinned)
-        return reader.load(self.location) if self._name != self.location else reader.table(self.location)
+        return load(reader, self.location)
 
     def version(self) -> int:
         return self._version
@@ -288,8 +301,7 @@ class EngineTable:
     def changes(self, first: int, last: int) -> pa.Table:
         reader = (self._spark.read.format("delta").option("readChangeFeed", "true")
                   .option("startingVersion", first).option("endingVersion", last))
-        frame = reader.load(self.location) if self._name != self.location else reader.table(self.location)
-        return frame.toArrow()
+        return load(reader, self.location).toArrow()
 
     def rows(self, columns: Sequence[str] | None = None, where: str | None = None) -> list[dict[str, Any]]:
         frame = self._reader()

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from spark_flow.exceptions import ConfigurationError, StorageAccessError
+from spark_flow.rules.names import is_path
 from spark_flow.rules.storage_options import IO_OPTION
 
 if TYPE_CHECKING:
@@ -35,15 +36,15 @@ def attach(spark: SparkSession) -> None:
 
 
 def session() -> SparkSession | None:
-    """The SparkSession this process has: the active one, else the one attached; None in a
-    process that has none (a Python data source's worker, the CLI without ``--remote``)."""
+    """The SparkSession this process has: the active or default one, else the one attached; None
+    in a process that has none (a Python data source's worker, the CLI without ``--remote``)."""
     try:
         from pyspark.sql import SparkSession
     except ImportError:
         return None
-    try:
-        active = SparkSession.getActiveSession()
-    except Exception:  # a classic worker process with no SparkContext
+    try:  # the thread's active session, else the process's default one (a thread of a driver has none active)
+        active = SparkSession.active()
+    except Exception:  # none (NO_ACTIVE_OR_DEFAULT_SESSION), or a classic worker process with no SparkContext
         active = None
     if active is not None:
         return active
@@ -73,8 +74,14 @@ def mode(options: Mapping[str, str] | None) -> str:
 
 
 def uses_engine(location: str, options: Mapping[str, str] | None) -> bool:
-    """Whether ``location`` is read and written through the engine by this process."""
+    """Whether ``location`` is read and written through the engine by this process: always a
+    catalog name's (a managed table), which only the engine reaches."""
     chosen = mode(options)
+    if not is_path(location):
+        if chosen == "deltalake":
+            raise ConfigurationError(IO_OPTION, chosen, f"engine or auto: {location} is a catalog table's name, "
+                                     "which only the engine reaches")
+        return True
     if chosen != "auto":
         return chosen == "engine"
     if "://" not in location or location.startswith("file:"):
@@ -112,6 +119,8 @@ def chosen_mode(location: str, options: Mapping[str, str] | None) -> str:
     chosen = mode(options)
     if chosen != "auto":
         return f"{chosen} (spark.flow.io={chosen})"
+    if not is_path(location):
+        return "engine (spark.flow.io=auto: a catalog name, which only the engine reaches)"
     if uses_engine(location, options):
         return "engine (spark.flow.io=auto: this Python's deltalake cannot reach the storage; the session can)"
     return "deltalake (spark.flow.io=auto: this Python reaches the storage)"

@@ -5,8 +5,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from support.invariants import assert_transitions_follow_thresholds
+from support.stores import Io
 from support.streams import drain, is_held, start_consumer, start_producer, wait_until
 
 from spark_flow.spark.declare import declare
@@ -15,11 +16,12 @@ from spark_flow.spark.source import read_queue
 SCHEMA = "id BIGINT, producer STRING"
 
 
-def test_qpid_capacity_example_two_producers_bounded_then_resumed(spark: SparkSession, tmp_path: Path, io: str) -> None:
+def test_qpid_capacity_example_two_producers_bounded_then_resumed(spark: SparkSession, io: Io) -> None:
     """Stop 100, producers of capacity 50 and 15, no consumer: the depth stays <= 165 and both
     are held; a held query stops promptly and restarts; once a consumer drains under resume
-    both go on, and every message arrives exactly once. In both stores."""
-    path = str(tmp_path / "q")
+    both go on, and every message arrives exactly once. In both stores (through the engine, the
+    queue and its home by catalog name)."""
+    path, tmp_path = io.queue("q"), io.base
     queue = declare(spark, path, SCHEMA, settings={"stopCount": 100, "resumeCount": 50})
     p1, _ = start_producer(spark, path, tmp_path / "p1", "p1", 200, options={"capacity": 50})
     p2, _ = start_producer(spark, path, tmp_path / "p2", "p2", 60, options={"capacity": 15})
@@ -36,17 +38,17 @@ def test_qpid_capacity_example_two_producers_bounded_then_resumed(spark: SparkSe
     assert time.monotonic() - started < 10, "a held query stops promptly"
     p2, _ = start_producer(spark, path, tmp_path / "p2", "p2", 60, options={"capacity": 15})
 
-    held_counts = _counts_by_producer(spark, path)
-    consumer = start_consumer(spark, path, tmp_path / "c", tmp_path / "out", **_limit(io, 40))
+    held_counts = _counts_by_producer(io.table(spark, path))
+    consumer = start_consumer(spark, path, tmp_path / "c", tmp_path / "out", **_limit(io.mode, 40))
     wait_until(lambda: not queue.subscriptions.get("default").flow_stopped, 90)
-    wait_until(lambda: all(n > held_counts.get(p, 0) for p, n in _counts_by_producer(spark, path).items())
-               and len(_counts_by_producer(spark, path)) == 2, 90)
+    wait_until(lambda: all(n > held_counts.get(p, 0) for p, n in _counts_by_producer(io.table(spark, path)).items())
+               and len(_counts_by_producer(io.table(spark, path))) == 2, 90)
     p1.stop()
     p2.stop()
     drain(queue)
     consumer.stop()
 
-    enqueued = spark.read.format("delta").load(path)
+    enqueued = io.table(spark, path)
     delivered = spark.read.format("delta").load(str(tmp_path / "out"))
     assert delivered.count() == enqueued.count() > 165
     assert delivered.groupBy("producer", "id").count().filter("count > 1").count() == 0
@@ -55,15 +57,14 @@ def test_qpid_capacity_example_two_producers_bounded_then_resumed(spark: SparkSe
     assert max_depth <= 165
 
 
-def _limit(io: str, messages: int) -> dict[str, int]:
+def _limit(mode: str, messages: int) -> dict[str, int]:
     """A consumer's read limit: Delta's source (the engine's consumer) limits by files, one
     or two a commit here."""
-    return {"maxRecordsPerTrigger": messages} if io == "deltalake" else {"maxFilesPerTrigger": 2}
+    return {"maxRecordsPerTrigger": messages} if mode == "deltalake" else {"maxFilesPerTrigger": 2}
 
 
-def _counts_by_producer(spark: SparkSession, path: str) -> dict[str, int]:
-    rows = spark.read.format("delta").load(path).groupBy("producer").count().collect()
-    return {r["producer"]: r["count"] for r in rows}
+def _counts_by_producer(messages: DataFrame) -> dict[str, int]:
+    return {r["producer"]: r["count"] for r in messages.groupBy("producer").count().collect()}
 
 
 def _max_depth_while_stopped(queue) -> int:

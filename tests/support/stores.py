@@ -7,10 +7,15 @@ from __future__ import annotations
 
 import posixpath
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from spark_flow.cli import read_properties
 from spark_flow.rules.storage_options import storage_options
 from support.processes import ROOT
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 OBJECT_STORAGE_CONF = ROOT / "conf" / "object-storage.conf"
 #: Google's GCS connector as conf/object-storage.conf's GCS lines set it: its classes for
@@ -98,3 +103,24 @@ def gcs_conf(endpoint: str, connector: str) -> dict[str, str]:
         "spark.hadoop.fs.gs.project.id": "spark-flow-tests",
         "spark.hadoop.fs.gs.operation.move.enable": "false",
     })
+
+
+#: The schema a test's queues and home are tables of when it runs through the engine (the ``io`` fixture).
+IO_SCHEMA = "flow_io"
+
+
+@dataclass(frozen=True)
+class Io:
+    """How a test reaches its tables (``mode``, ``spark.flow.io``) and where its queues are: paths
+    under ``base`` with deltalake; tables of :data:`IO_SCHEMA`, by name, through the engine."""
+
+    mode: str
+    base: Path
+
+    def queue(self, name: str) -> str:
+        """Where the test's queue ``name`` is: a path, or a catalog name."""
+        return str(self.base / name) if self.mode == "deltalake" else f"{IO_SCHEMA}.{name}"
+
+    def table(self, spark: SparkSession, location: str) -> DataFrame:
+        """The Delta table at ``location`` (a path, or a catalog name) as a DataFrame."""
+        return spark.read.format("delta").load(location) if "/" in location else spark.table(location)
