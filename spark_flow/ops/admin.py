@@ -7,7 +7,8 @@ queue it names, as a controller applies it: the queue's run-time settings, which
 at its next look, so it takes effect within one poll interval whether or not a controller runs.
 Neither judges a flow state (gates and the controller still do, with those settings). What an
 operator cannot apply now (storage refused the write) waits for a controller, which applies the
-commands in order; the answer (:class:`Issued`) says which.
+commands in order, or for the next command issued for that queue, whose issuer applies the ones
+before it first; the answer (:class:`Issued`) says which.
 """
 
 from __future__ import annotations
@@ -25,7 +26,15 @@ from spark_flow.flow.deletion import DeletedQueue, delete_queue
 from spark_flow.flow.homeflow import HOME_QUEUE, HOME_ROW, open_home
 from spark_flow.flow.queue import Queue, open_queue
 from spark_flow.ops.view import READS_AT_ONCE
-from spark_flow.records.commands import ALL_QUEUES, CommandLog, Issuer, command_settings, with_settings
+from spark_flow.records.commands import (
+    ALL_QUEUES,
+    HOME_COMMANDS,
+    Command,
+    CommandLog,
+    Issuer,
+    command_settings,
+    with_settings,
+)
 from spark_flow.records.home import Registry
 from spark_flow.records.status import control_table, status_schema
 from spark_flow.records.subscriptions import DEFAULT_SUBSCRIPTION, Subscription
@@ -59,7 +68,7 @@ class Issued:
         """The answer an operator reads: ``command 7: set stopCount=900 on 'events': applied to events (...)``."""
         changes = "".join(f" {key}" if value is None else f" {key}={value}" for key, value in self.changes.items())
         said = [f"applied to {', '.join(self.applied)} (producers' gates obey it from their next look)"] if self.applied else []
-        said += [f"pending for {queue} until a flow controller applies it: {why}" for queue, why in self.pending.items()]
+        said += [f"pending for {queue} until a flow controller or its next command applies it: {why}" for queue, why in self.pending.items()]
         return f"command {self.id}: {self.command}{changes} on {self.target!r}: {'; '.join(said)}"
 
 
@@ -168,22 +177,20 @@ class FlowAdmin:
                 raise ConfigurationError("settings", changes, "at least one setting, e.g. stopCount=900")
             self._check(names, changes)
         command_id = self.commands.append(command, target, changes, issuer or self.issuer)
-        settings = command_settings(command, dict(changes or {}))
         registered = self.queues()
 
-        def apply(name: str) -> str | None:
-            """Apply the command to queue ``name``; None if done, else why not."""
+        def look(name: str) -> tuple[Queue, int] | str:
             try:
                 queue = open_queue(registered[name], self.storage_options)
-                runtime = queue.runtime_settings
-                queue_settings(name, queue.properties(), with_settings(runtime.current(), settings))
-                runtime.apply(settings, command_id)
-            except Exception as error:  # recorded: a controller applies it, or records why not
+                return queue, queue.runtime_settings.applied()
+            except Exception as error:
                 return one_line(error)
-            return None
 
         with ThreadPoolExecutor(READS_AT_ONCE) as pool:  # every queue of a home at once: mostly waiting on storage
-            outcomes = dict(zip(names, pool.map(apply, names), strict=True))
+            looked = dict(zip(names, pool.map(look, names), strict=True))
+            floor = min((found[1] for found in looked.values() if not isinstance(found, str)), default=command_id - 1)
+            backlog = self.commands.read(floor, command_id)  # this command, and any earlier one not applied
+            outcomes = dict(zip(names, pool.map(lambda name: _catch_up(name, looked[name], backlog), names), strict=True))
         applied = tuple(name for name, why in outcomes.items() if why is None)
         pending = {name: why for name, why in outcomes.items() if why is not None}
         return Issued(command_id, command, target, dict(changes or {}), applied, pending)
@@ -304,6 +311,34 @@ class FlowAdmin:
         transitions = [r for r in recorded.read() if r["subscription"] == subscription]
         return plot_depth(depth_points(samples, transitions), None, path,
                           title=f"queue {queue!r}, subscription {subscription!r}")
+
+
+def _catch_up(name: str, looked: tuple[Queue, int] | str, backlog: list[Command]) -> str | None:
+    """Apply to queue ``name``, in order, each command of ``backlog`` that names it and that it
+    has not applied (the one issued now, and any an earlier issuer could not apply), as a
+    controller applies them: None when done, else why not (a controller applies them later). An
+    earlier command that would now make the queue invalid is passed over, as a controller passes
+    it over (recording why)."""
+    if isinstance(looked, str):
+        return looked
+    queue, applied = looked
+    runtime = queue.runtime_settings
+    try:
+        for command in backlog:
+            if (command.id <= applied or command.command in HOME_COMMANDS
+                    or not (command.target == name or pattern_matches(command.target, name))):
+                continue
+            settings = command_settings(command.command, command.settings)
+            try:
+                queue_settings(name, queue.properties(), with_settings(runtime.current(), settings))
+            except ConfigurationError:
+                if command is backlog[-1]:
+                    raise
+                continue
+            runtime.apply(settings, command.id)
+    except Exception as error:
+        return one_line(error)
+    return None
 
 
 def _settable(key: str, value: Any) -> str:

@@ -137,15 +137,21 @@ def test_stop_producers_holds_the_gates_at_once_without_a_controller(home: str) 
 
 def test_a_command_that_cannot_be_applied_now_says_it_is_pending_and_why(home: str, tmp_path: Path) -> None:
     """The queue's state location cannot be written (made a file): the command is recorded, and
-    the answer says it waits for a controller, and why."""
+    the answer says it waits, and why. Once it can be written, the queue's next command applies
+    the one that waited first (as a controller would, in order)."""
     admin = FlowAdmin(home)
-    state = Path(admin.queue("events").runtime_settings.location)
+    queue = admin.queue("events")
+    state = Path(queue.runtime_settings.location)
     state.parent.mkdir(parents=True, exist_ok=True)
     state.write_text("not a directory")
     issued = admin.issue("stop-producers", "events")
     assert issued.applied == () and list(issued.pending) == ["events"]
-    assert "pending for events until a flow controller applies it" in issued.message
+    assert "pending for events until a flow controller or its next command applies it" in issued.message
     assert [c.id for c in admin.commands.read()] == [issued.id]
+    state.unlink()
+    assert admin.issue("set", "events", {"stopCount": 6}).applied == ("events",)
+    assert admin.queue("events").runtime_settings.current() == {"producersStopped": "true", "stopCount": "6"}
+    assert look_as_a_producer(admin.queue("events")).held
 
 
 # 5. The audit trail
