@@ -65,11 +65,13 @@ class Issued:
 
     @property
     def message(self) -> str:
-        """The answer an operator reads: ``command 7: set stopCount=900 on 'events': applied to events (...)``."""
+        """The answer an operator reads: ``command 7: set stopCount=900 on 'events': applied to events
+        (...)``, ``command 8: stop-producers 'events': ...``."""
         changes = "".join(f" {key}" if value is None else f" {key}={value}" for key, value in self.changes.items())
         said = [f"applied to {', '.join(self.applied)} (producers' gates obey it from their next look)"] if self.applied else []
         said += [f"pending for {queue} until a flow controller or its next command applies it: {why}" for queue, why in self.pending.items()]
-        return f"command {self.id}: {self.command}{changes} on {self.target!r}: {'; '.join(said)}"
+        what = f"{self.command}{changes} on {self.target!r}" if changes else f"{self.command} {self.target!r}"
+        return f"command {self.id}: {what}: {'; '.join(said)}"
 
 
 class FlowAdmin:

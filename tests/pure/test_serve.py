@@ -87,7 +87,7 @@ def test_an_action_needs_the_page_s_token_json_and_its_origin(home: str) -> None
         assert http(url, headers={"Host": "evil.example"})[0] == 403
         assert admin.commands.read() == []
         status, text = action(url, csrf, Origin=origin)
-        assert status == 200 and json.loads(text)["message"].endswith("stop-producers on 'events': applied to events "
+        assert status == 200 and json.loads(text)["message"].endswith("stop-producers 'events': applied to events "
                                                                       "(producers' gates obey it from their next look)")
         assert [(c.command, c.target) for c in admin.commands.read()] == [("stop-producers", "events")]
         status, text = http(f"{url}api/action", "POST", {"action": "drop", "target": "events"},
