@@ -95,8 +95,8 @@ print(held_batches()[0])
 
 # COMMAND ----------
 
-# MAGIC %md Change the thresholds at run time: the command goes through the controller, and every
-# MAGIC producer's gate applies it from its next look.
+# MAGIC %md Change the thresholds at run time: the command is applied as it is issued, every
+# MAGIC producer's gate obeys it from its next look, and the controller's status shows it.
 
 # COMMAND ----------
 

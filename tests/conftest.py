@@ -19,7 +19,7 @@ import pytest
 from _common import local_conf
 from pyspark.sql import SparkSession
 from support.servers import Governed
-from support.stores import IO_SCHEMA, Io, Store
+from support.stores import IO_SCHEMA, Io, Store, object_store
 
 from spark_flow.spark.session import get_spark
 
@@ -147,7 +147,8 @@ def governed_connect(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gover
         conf = {k: v for k, v in s3_conf(endpoint).items() if not k.endswith((".access.key", ".secret.key"))}
         store = hadoop_credential_store(base / "s3.jceks", {"fs.s3a.access.key": key, "fs.s3a.secret.key": secret})
         env = {"AWS_METADATA_ENDPOINT": metadata}
-        server = {**conf, "spark.hadoop.hadoop.security.credential.provider.path": store}
+        server = {**conf, "spark.hadoop.hadoop.security.credential.provider.path": store,
+                  "spark.sql.warehouse.dir": "s3a://flow/warehouse"}  # managed tables: the catalog's storage
         with spark_connect_server(base / "connect.log", properties=OBJECT_STORAGE_CONF, conf=server, env=env) as url:
             yield Governed(url, endpoint, key, secret, conf, env, base / "connect.log")
 
@@ -209,23 +210,8 @@ def gcs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, 
 
 @pytest.fixture
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
-    """The storage a test runs on, by its parameter (``indirect``): ``local`` (the test's temporary
-    directory), ``s3`` (the S3 server, ``s3a://flow/<test>``), ``abfs`` (Azurite,
-    ``abfs://flow@devstoreaccount1.dfs.core.windows.net/<test>``) or ``gcs`` (the GCS server,
-    ``gs://flow/<test>``)."""
-    from support.servers import AZURITE_ACCOUNT, AZURITE_KEY
-    from support.stores import abfs_conf, gcs_conf, s3_conf
-
-    kind, unique = getattr(request, "param", "local"), f"{tmp_path.name}-{uuid.uuid4().hex[:8]}"
-    if kind == "s3":
-        return Store(kind, f"s3a://flow/{unique}", s3_conf(request.getfixturevalue("s3_server")))
-    if kind == "abfs":
-        conf = abfs_conf(request.getfixturevalue("azurite_server"), AZURITE_ACCOUNT, AZURITE_KEY)
-        return Store(kind, f"abfs://flow@{AZURITE_ACCOUNT}.dfs.core.windows.net/{unique}", conf)
-    if kind == "gcs":
-        endpoint, connector, _binary = request.getfixturevalue("gcs_server")
-        return Store(kind, f"gs://flow/{unique}", gcs_conf(endpoint, connector))
-    return Store(kind, str(tmp_path))
+    """The storage a test runs on, by its parameter (``indirect``; :func:`support.stores.object_store`)."""
+    return object_store(getattr(request, "param", "local"), request, tmp_path)
 
 
 @pytest.fixture(scope="session")

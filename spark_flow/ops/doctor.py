@@ -15,7 +15,6 @@ are read.
 from __future__ import annotations
 
 import contextlib
-import posixpath
 import re
 import sys
 import uuid
@@ -28,10 +27,11 @@ from spark_flow.exceptions import SparkFlowError, StorageAccessError, one_line
 from spark_flow.flow.queue import open_queue
 from spark_flow.ops.admin import FlowAdmin
 from spark_flow.records.home import control_path
-from spark_flow.rules.names import queue_ref
+from spark_flow.rules.names import is_path, queue_ref, state_member
 from spark_flow.spark.declare import queue_location
 from spark_flow.spark.session import session_storage_options
 from spark_flow.store.access import namenode_error, remove_location
+from spark_flow.store.engine import load, save
 from spark_flow.store.io import chosen_mode, uses_engine
 from spark_flow.store.table import write_and_read as probe_table
 
@@ -179,24 +179,24 @@ def run_checks(spark: SparkSession, home: str, queues: Sequence[str] = ()) -> It
         else:
             yield Check("home", False, f"not read: the {reached.name} cannot reach it", "fix the check above first")
     finally:
-        if not engine and any(check.ok for check in writes if check.name != "executors' Python"):
-            _remove(probe, options)
+        if any(check.ok for check in writes if check.name != "executors' Python"):
+            _remove(spark, probe, options, engine=engine)
 
 
 def _probes(spark: SparkSession, probe: str, options: dict[str, str], *, engine: bool) -> Iterator[Check]:
     """A Delta table written under ``probe`` by Spark, by the driver's store (deltalake, or the
     engine), then by an executor's deltalake (after its Python's check; not in ``engine`` mode)."""
-    spark_table = posixpath.join(probe, "engine")
+    spark_table = state_member(probe, "engine")
 
     def spark_delta() -> str:
-        spark.range(1).write.format("delta").save(spark_table)
-        rows = spark.read.format("delta").load(spark_table).count()
+        save(spark.range(1).write.format("delta"), spark_table)
+        rows = load(spark.read.format("delta"), spark_table).count()
         return f"Spark wrote and read Delta at {spark_table} ({rows} row)"
     yield _check("Spark's Delta and storage jars", spark_delta, lambda e: _engine_fix(spark_table, e))
-    driver = posixpath.join(probe, "driver")
+    driver = state_member(probe, "driver")
     yield _check(DRIVER_ENGINE if engine else DRIVER, lambda: write_and_read(driver, options),
                  (lambda e: _engine_fix(driver, e)) if engine else _storage_fix)
-    yield from _executors(spark, posixpath.join(probe, "executor"), options, storage=not engine)
+    yield from _executors(spark, state_member(probe, "executor"), options, storage=not engine)
 
 
 def _executors(spark: SparkSession, location: str, options: dict[str, str], *, storage: bool) -> Iterator[Check]:
@@ -242,10 +242,17 @@ def _queue(spark: SparkSession, admin: FlowAdmin, name: str) -> str:
     return f"{handle.path}: depth by subscription {shown or '(none)'}"
 
 
-def _remove(location: str, options: Mapping[str, str]) -> None:
-    """Remove the probe tables; a location the file systems here cannot remove from stays."""
-    with contextlib.suppress(OSError, SparkFlowError):
-        remove_location(location, options)
+def _remove(spark: SparkSession, probe: str, options: Mapping[str, str], *, engine: bool) -> None:
+    """Remove the probe tables: dropped, when they are catalog tables; else their folder, where
+    this Python reaches it (through the engine it may not: Spark SQL removes no folder, and the
+    probes stay)."""
+    if not is_path(probe):
+        for table in ("engine", "driver"):
+            with contextlib.suppress(Exception):
+                spark.sql(f"DROP TABLE IF EXISTS {state_member(probe, table)}")
+    elif not engine:
+        with contextlib.suppress(OSError, SparkFlowError):
+            remove_location(probe, options)
 
 
 def report(checks: Iterator[Check], out: Callable[[str], None] = print) -> int:

@@ -38,6 +38,7 @@ _NO_TABLE = re.compile(r"DELTA_MISSING_DELTA_TABLE|DELTA_TABLE_ONLY_OPERATION|DE
 #: settings, made by the first ``spark-flow set``, are looked for at every look at the queue).
 _ABSENT_FOR = 1.0
 _ABSENT: dict[str, float] = {}  # path -> when it was found without a table
+_NAMED: set[str] = set()  # catalog names this process found or made a table at
 #: Operations that change a table's rows, never its properties or schema: a handle keeps its
 #: ``DESCRIBE DETAIL`` across them (a queue's appends, its state's MERGEs).
 DATA_OPERATIONS = frozenset({"WRITE", "STREAMING UPDATE", "MERGE", "DELETE", "UPDATE", "OPTIMIZE"})
@@ -86,14 +87,13 @@ def _frame(spark: SparkSession, rows: pa.Table) -> DataFrame:
     """Arrow rows as a DataFrame (null-typed columns, which one_row gives a None, as strings)."""
     import pyarrow as pa
 
-    columns = [rows.column(i).cast(pa.string()) if pa.types.is_null(f.type) else rows.column(i)
-               for i, f in enumerate(rows.schema)]
-    fields = [f.with_type(pa.string()) if pa.types.is_null(f.type) else f for f in rows.schema]
+    schema = _nullable_strings(rows.schema)
     if not rows.num_rows:  # Spark Connect infers no schema from an empty table (CANNOT_INFER_EMPTY_SCHEMA)
         from pyspark.sql.pandas.types import from_arrow_schema
 
-        return spark.createDataFrame([], from_arrow_schema(pa.schema(fields)))
-    return spark.createDataFrame(pa.Table.from_arrays(columns, schema=pa.schema(fields)))
+        return spark.createDataFrame([], from_arrow_schema(schema))
+    return spark.createDataFrame(pa.Table.from_arrays([column.cast(field.type) for column, field
+                                                       in zip(rows.columns, schema, strict=True)], schema=schema))
 
 
 def engine_is_table(location: str, storage_options: Mapping[str, str] | None = None) -> bool:
@@ -145,7 +145,10 @@ def engine_append(location: str, rows: pa.Table, storage_options: Mapping[str, s
     """Append ``rows`` at ``location`` in one commit (the table created if it is not there, with
     ``properties``: Delta takes ``delta.*`` ones as a new table's), under the app
     ``transaction``, with ``user_metadata`` naming it."""
-    writer = _frame(engine_session(location), rows).write.format("delta").mode("append")
+    spark = engine_session(location)
+    if not is_path(location):
+        _create_named(spark, location, rows.schema, properties or {})
+    writer = _frame(spark, rows).write.format("delta").mode("append")
     for key, value in (properties or {}).items():
         writer = writer.option(key, value)
     if transaction is not None:
@@ -157,6 +160,29 @@ def engine_append(location: str, rows: pa.Table, storage_options: Mapping[str, s
         writer = writer.option("mergeSchema", "true")
     _ABSENT.pop(location, None)
     _committed(lambda: save(writer, location))
+
+
+def _create_named(spark: SparkSession, name: str, schema: pa.Schema, properties: Mapping[str, str]) -> None:
+    """Make the catalog table ``name`` before its first append, unless made already: an append
+    that creates a catalog table (a CTAS) leaves its ``userMetadata`` out of the commit, where
+    commands and transactions are found."""
+    if name in _NAMED:
+        return
+    if not spark.catalog.tableExists(name):
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        listed = ", ".join(f"{sql_string(key)} = {sql_string(value)}" for key, value in properties.items())
+        ddl = from_arrow_schema(_nullable_strings(schema)).toDDL()
+        spark.sql(f"CREATE TABLE IF NOT EXISTS {name} ({ddl}) USING delta"
+                  + (f" TBLPROPERTIES ({listed})" if listed else ""))
+    _NAMED.add(name)
+
+
+def _nullable_strings(schema: pa.Schema) -> pa.Schema:
+    """``schema`` with null-typed fields as strings, as :func:`_frame` writes them."""
+    import pyarrow as pa
+
+    return pa.schema([f.with_type(pa.string()) if pa.types.is_null(f.type) else f for f in schema])
 
 
 def _assignments(assigned: Mapping[str, str]) -> str:

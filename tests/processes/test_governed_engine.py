@@ -1,13 +1,15 @@
-"""Governed compute run through the engine (``spark.flow.io`` auto, nothing set): a producer's job
-and a consumer's job, each a Spark Connect client of its own run to completion (``availableNow``,
-serverless's only trigger), share a queue under flow control on storage only the server's JVM
-holds keys for (the ``governed_connect`` fixture); then the ``spark-flow`` command line, with
-``--remote``, works on it through the Connect session."""
+"""Governed compute run through the engine (``spark.flow.io`` auto, nothing set), with the queue
+and its home as catalog names, managed tables in the catalog's storage, as a governed workspace
+names them: a producer's job and a consumer's job, each a Spark Connect client of its own run to
+completion (``availableNow``, serverless's only trigger), share the queue under flow control on
+storage only the server's JVM holds keys for (the ``governed_connect`` fixture); then the
+``spark-flow`` command line, with ``--remote``, works on it through the Connect session."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -20,30 +22,32 @@ from support.servers import Governed
 
 pytestmark = pytest.mark.processes
 
-#: A producer job: a Delta table of ``rows`` messages in files of ten, enqueued by a QueueSink
-#: through the engine, one file a batch, run to completion.
+#: A producer job: a table of ``rows`` messages in files of ten, enqueued by a QueueSink through
+#: the engine, one file a batch, run to completion. Every table is named; only the checkpoint is a
+#: path (a volume's, on Databricks).
 PRODUCER = """
 import sys
 from pyspark.sql import SparkSession
 from spark_flow import QueueSink, declare
 from spark_flow.spark.session import exit_process
 
-url, queue, home, source, rows = sys.argv[1:]
+url, home, checkpoints, rows = sys.argv[1:]
 spark = SparkSession.builder.remote(url).getOrCreate()
+spark.sql(f"CREATE SCHEMA IF NOT EXISTS {home}")  # an administrator's, on a governed workspace
 spark.conf.set("spark.flow.home", home)
-declare(spark, queue, "id BIGINT", settings={"stopCount": 30, "resumeCount": 10})
+declare(spark, f"{home}.events", "id BIGINT", settings={"stopCount": 30, "resumeCount": 10})
 for first in range(0, int(rows), 10):
-    spark.range(first, first + 10, numPartitions=1).write.format("delta").mode("append").save(source)
-messages = spark.readStream.format("delta").option("maxFilesPerTrigger", 1).load(source)
-query = (messages.writeStream.foreachBatch(QueueSink(queue, options={"capacity": 10})).queryName("producer")
-         .option("checkpointLocation", home + "/checkpoints/producer").trigger(availableNow=True).start())
+    spark.range(first, first + 10, numPartitions=1).write.format("delta").mode("append").saveAsTable(f"{home}.input")
+messages = spark.readStream.format("delta").option("maxFilesPerTrigger", 1).table(f"{home}.input")
+query = (messages.writeStream.foreachBatch(QueueSink(f"{home}.events", options={"capacity": 10})).queryName("producer")
+         .option("checkpointLocation", checkpoints + "/producer").trigger(availableNow=True).start())
 query.awaitTermination()
 print("producer done", flush=True)
 exit_process(0)
 """
 
-#: A consumer job, scheduled: once the queue's producer is held, a run to completion every few
-#: seconds, until every message is enqueued and acknowledged; then what the engine's readers say.
+#: A consumer job, scheduled: once the queue's producer is held, a run to completion after
+#: another, until every message is enqueued and acknowledged; then what the engine's readers say.
 CONSUMER = """
 import json, sys, time
 from pyspark.sql import SparkSession
@@ -52,7 +56,8 @@ from spark_flow.flow.queue import open_queue
 from spark_flow.ops.admin import FlowAdmin
 from spark_flow.spark.session import exit_process, session_storage_options
 
-url, queue, home, out, rows = sys.argv[1:]
+url, home, checkpoints, rows = sys.argv[1:]
+queue = f"{home}.events"
 spark = SparkSession.builder.remote(url).getOrCreate()
 spark.conf.set("spark.flow.home", home)
 storage = session_storage_options(spark)
@@ -67,21 +72,22 @@ while True:  # the producer's job declares the queue, then is held
     time.sleep(1)
 held = open_queue(queue, storage)
 runs = 0
-while spark.read.format("delta").load(queue).count() < int(rows) or held.depths()["default"].count:  # all in, then read
+while spark.table(queue).count() < int(rows) or held.depths()["default"].count:  # all in, then read
     assert time.monotonic() < deadline, f"not drained: {held.depths()}"
-    query = (read_queue(spark, queue).writeStream.format("delta").option("checkpointLocation", home + "/checkpoints/c")
-             .trigger(availableNow=True).start(out))
+    query = (read_queue(spark, queue).writeStream.option("checkpointLocation", checkpoints + "/consumer")
+             .trigger(availableNow=True).toTable(f"{home}.delivered"))
     query.awaitTermination()
     runs += 1
 admin = FlowAdmin(home, storage)
 history = held.history.read()
-delivered = spark.read.format("delta").load(out)
+delivered = spark.table(f"{home}.delivered")
 print(json.dumps({
     "runs": runs, "mode": type(held._table).__name__,
     "stops": [r["flow_stopped_count"] for r in history if r["flow_stopped"]],
     "deepest": max(r["depth_count"] for r in history),
     "delivered": delivered.count(), "distinct": delivered.select("id").distinct().count(),
-    "subscriptions": [sub.name for sub in admin.subscriptions(held.name)], "why": admin.why(held.name),
+    "subscriptions": [sub.name for sub in admin.subscriptions(queue)], "why": admin.why(queue),
+    "tables": sorted(t.name for t in spark.catalog.listTables(home)),
     "conf": sorted(spark.conf.getAll.items()),
 }, default=str), flush=True)
 exit_process(0)
@@ -89,24 +95,23 @@ exit_process(0)
 
 
 def test_a_producer_and_a_consumer_on_engine_credentials_alone(governed_connect: Governed) -> None:
-    """With nothing set: the producer's job is held at stop + capacity and resumed, the
-    consumer's scheduled runs (Delta's source through the engine) take every message once, and
-    its subscriptions and ``why`` read the queue through the engine. Then ``spark-flow --remote``
-    (``spark.flow.io=engine``, the default with a remote): ``set``, ``stop-producers``,
-    ``status`` (what the controller last wrote: nothing, none ran), ``why`` and ``doctor`` (which
-    says the engine, and passes). No Python process held a key: none in any environment, conf,
-    output or log."""
+    """With nothing set, the queue and home by catalog name: the producer's job is held at stop +
+    capacity and resumed, the consumer's scheduled runs (Delta's source through the engine) take
+    every message once, and its subscriptions and ``why`` read the queue through the engine;
+    queue, state and home are managed tables of the home's schema. Then ``spark-flow --remote``
+    (``spark.flow.io=engine``, the default with a remote): ``why``, ``stop-producers`` (applied
+    at once), ``status`` (what the controller last wrote: nothing, none ran) and ``doctor``
+    (which says the engine, and passes). No Python process held a key: none in any
+    environment, conf, output or log."""
     unique = uuid.uuid4().hex[:8]
-    queue, home = f"s3a://flow/{unique}/events", f"s3a://flow/{unique}/home"
+    home, checkpoints = f"governed_{unique}", f"s3a://flow/{unique}/checkpoints"
     env = {**os.environ, **governed_connect.env}
     url = governed_connect.url
-    producer = subprocess.Popen(
-        [sys.executable, "-c", PRODUCER, f"{url}/;session_id={uuid.uuid4()}", queue, home, f"s3a://flow/{unique}/input",
-         "40"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    producer = subprocess.Popen([sys.executable, "-c", PRODUCER, f"{url}/;session_id={uuid.uuid4()}", home, checkpoints,
+                                 "40"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
     try:
-        consumer = subprocess.run(
-            [sys.executable, "-c", CONSUMER, f"{url}/;session_id={uuid.uuid4()}", queue, home,
-             f"s3a://flow/{unique}/out", "40"], capture_output=True, text=True, timeout=420, env=env, cwd=ROOT)
+        consumer = subprocess.run([sys.executable, "-c", CONSUMER, f"{url}/;session_id={uuid.uuid4()}", home,
+                                   checkpoints, "40"], capture_output=True, text=True, timeout=420, env=env, cwd=ROOT)
         produced = producer.communicate(timeout=120)
     except subprocess.TimeoutExpired:
         producer.kill()
@@ -123,8 +128,11 @@ def test_a_producer_and_a_consumer_on_engine_credentials_alone(governed_connect:
     assert 30 < seen["deepest"] <= 40, "held within stop + capacity"
     assert seen["delivered"] == seen["distinct"] == 40, "every message once"
     assert seen["subscriptions"] == ["default"]
-    assert seen["why"] == ["events: does not hold its producers (depth 0 messages, 0 bytes; stop 30 / resume 10 "
+    queue = f"{home}.events"
+    assert seen["why"] == [f"{queue}: does not hold its producers (depth 0 messages, 0 bytes; stop 30 / resume 10 "
                            "messages)"]
+    assert set(seen["tables"]) - {f"{home}_events_holds"} == {  # the hold's time: recorded as the producer resumes
+        "_spark_flow_queues", "delivered", "events", f"{home}_events_history", f"{home}_events_subscriptions", "input"}
     outputs = _command_line(governed_connect, home, queue)
     for text in (*produced, consumer.stdout, consumer.stderr, json.dumps(seen["conf"]), *outputs,
                  governed_connect.log.read_text(errors="replace")):
@@ -149,13 +157,12 @@ def _command_line(governed: Governed, home: str, queue: str) -> list[str]:
         assert (run.returncode, run.stderr) == (0, ""), args
         return run.stdout
 
-    assert cli("set", "events", "stopCount=900") == "command 0: set stopCount=900 on 'events', applied by the controller\n"
-    assert cli("stop-producers", "events") == "command 1: stop-producers 'events', applied by the controller\n"
+    assert cli("why", queue) == (f"{queue}: does not hold its producers (depth 0 messages, 0 bytes; stop 30 / "
+                                 "resume 10 messages)\n")
+    assert re.match(rf"command \d+: stop-producers '{queue}': applied to {queue}\b", cli("stop-producers", queue))
     assert cli("status").splitlines()[1:] == ["(none)"]  # no controller has run
-    assert cli("why", "events") == ("events: does not hold its producers (depth 0 messages, 0 bytes; stop 30 / "
-                                    "resume 10 messages)\n")
-    doctor = cli("doctor", "events").splitlines()
+    doctor = cli("doctor", queue).splitlines()
     assert "ok    store: engine (spark.flow.io=engine)" in doctor
-    assert f"ok    queue events: {queue}: depth by subscription default 0" in doctor
+    assert f"ok    queue {queue}: spark_catalog.{queue}: depth by subscription default 0" in doctor
     assert doctor[-1] == "8 of 8 checks passed", doctor
     return outputs

@@ -1,11 +1,12 @@
 """Queues and the home by catalog name (governed compute's way: managed tables, no path in the
-user's code or conf), read and written through the engine. Producers held and released, and a
+user's code or conf but a checkpoint's), read and written through the engine. Producers held and released, and a
 consumer, on a queue by name: the Qpid capacity example's engine run (tests/session/test_flow.py)."""
 
 from __future__ import annotations
 
 import pytest
 from pyspark.sql import SparkSession
+from support.docs import python_blocks
 from support.stores import IO_SCHEMA, Io
 
 from spark_flow.exceptions import ConfigurationError
@@ -19,23 +20,28 @@ SCHEMA = "id BIGINT, producer STRING"
 
 
 @pytest.mark.parametrize("io", ["engine"], indirect=True)
-def test_a_queue_its_state_and_its_home_are_tables_of_the_home_schema(spark: SparkSession, io: Io) -> None:
-    """A queue named ``flow_io.events`` in the home ``flow_io``: the queue, its state and the
-    home's registry are tables of the schema, found by name; the home's admin reads the queue
-    by name; nothing is written at a path."""
-    queue = declare(spark, io.queue("events"), SCHEMA, settings={"stopCount": 30, "resumeCount": 10})
-    assert queue.path == f"spark_catalog.{IO_SCHEMA}.events"
-    QueueSink(io.queue("events"), app_id="t")(spark.range(5).selectExpr("id", "'p' AS producer"), 0)
-    assert queue.depths()["default"].count == 5
+def test_the_governed_pages_example_makes_queue_state_and_home_tables_of_the_home_schema(spark: SparkSession,
+                                                                                      io: Io) -> None:
+    """docs/deployment.md's example as written (its schema the test's, its volume a directory): the
+    queue, its state and the home's registry are tables of the schema, found by name; the home's
+    admin reads the queue by name; nothing is written at a path but the checkpoint."""
+    [example] = python_blocks("docs/deployment.md", "Governed compute and where spark-flow runs")
+    spark.range(5).selectExpr("id", "concat('m', id) AS body").write.format("delta").saveAsTable(f"{IO_SCHEMA}.input")
+    namespace = {"spark": spark, "declare": declare, "QueueSink": QueueSink,
+                 "messages": spark.readStream.table(f"{IO_SCHEMA}.input")}
+    exec(example.replace("main.flow", IO_SCHEMA).replace("/Volumes/main/flow/checkpoints", str(io.base / "volume")),
+         namespace)
+    namespace["query"].awaitTermination()
 
+    queue = f"{IO_SCHEMA}.events"
     assert {t.name for t in spark.catalog.listTables(IO_SCHEMA)} == {
-        "events", f"{IO_SCHEMA}_events_subscriptions", "_spark_flow_queues"}
+        "input", "events", f"{IO_SCHEMA}_events_subscriptions", "_spark_flow_queues"}
     admin = FlowAdmin(IO_SCHEMA, {IO_OPTION: "engine"})
-    assert admin.queues() == {f"{IO_SCHEMA}.events": f"spark_catalog.{IO_SCHEMA}.events"}
-    assert [sub.name for sub in admin.subscriptions(f"{IO_SCHEMA}.events")] == ["default"]
-    assert admin.why(f"{IO_SCHEMA}.events") == [f"{IO_SCHEMA}.events: does not hold its producers (depth 5 messages, "
-                                                 "45 bytes; stop 30 / resume 10 messages)"]
-    assert sorted(path.name for path in io.base.iterdir()) == ["warehouse"], "nothing but the catalog's storage"
+    assert admin.queues() == {queue: f"spark_catalog.{queue}"}
+    assert [sub.name for sub in admin.subscriptions(queue)] == ["default"]
+    assert admin.why(queue) == [f"{queue}: does not hold its producers (depth 5 messages, 50 bytes; stop 900 / "
+                                "resume 500 messages)"]
+    assert sorted(path.name for path in io.base.iterdir()) == ["volume", "warehouse"], "no path but the checkpoint"
 
 
 def test_a_home_naming_a_schema_not_in_the_catalog_is_refused_before_anything_is_made(spark: SparkSession) -> None:

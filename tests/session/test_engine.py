@@ -34,43 +34,41 @@ def _same_judgement(engine: Queue, lake: Queue) -> None:
     assert engine.settings() == lake.settings()
 
 
-def test_a_producer_and_a_consumer_in_different_stores_share_one_queue(spark: SparkSession, tmp_path: Path) -> None:
-    """An engine producer held at stop + capacity, a deltalake (flowqueue) consumer releasing
-    it; then a deltalake producer and an engine (Delta source) consumer: every message once,
-    and at each step both stores judge the queue alike."""
+def test_producers_and_consumers_in_different_stores_share_one_queue(spark: SparkSession, tmp_path: Path) -> None:
+    """An engine producer and a deltalake producer held together at stop + their capacities;
+    a deltalake (flowqueue) consumer of one subscription and an engine (Delta source) consumer
+    of another release them: each subscription gets every message once, and at each step both
+    stores judge the queue alike."""
     path = str(tmp_path / "q")
     declare(spark, path, SCHEMA, settings={"stopCount": 40, "resumeCount": 20})
     engine, lake = _both(path)
-    producer, _ = start_producer(spark, path, tmp_path / "p1", "engine", 50,
-                                 options={"capacity": 10, IO_OPTION: "engine"})
-    wait_until(lambda: is_held(producer) and lake.subscriptions.get("default").flow_stopped, 120)
+    engine.create_subscription("engine")
+    producers = [start_producer(spark, path, tmp_path / store, store, 50, options={"capacity": 10, IO_OPTION: store})[0]
+                 for store in ("engine", "deltalake")]
+    wait_until(lambda: all(is_held(p) for p in producers) and lake.subscriptions.get("default").flow_stopped, 120)
     _same_judgement(engine, lake)
-    assert 40 < lake.depths()["default"].count <= 50
-    consumer = start_consumer(spark, path, tmp_path / "c1", tmp_path / "out")  # the session's store: auto, deltalake
-    wait_until(lambda: not engine.subscriptions.get("default").flow_stopped, 120)
-    producer.stop()
-    drain(lake)
-    consumer.stop()
-    _same_judgement(engine, lake)
-
+    assert 40 < lake.depths()["default"].count <= 60
+    consumers = [start_consumer(spark, path, tmp_path / "c1", tmp_path / "out1")]  # the session's store: deltalake
     spark.conf.set(IO_OPTION, "engine")
-    try:
-        producer, _ = start_producer(spark, path, tmp_path / "p2", "lake", 50,
-                                     options={"capacity": 10, IO_OPTION: "deltalake"})
-        wait_until(lambda: is_held(producer) and engine.subscriptions.get("default").flow_stopped, 120)
-        consumer = start_consumer(spark, path, tmp_path / "c2", tmp_path / "out")  # the engine's: Delta's source
-        wait_until(lambda: not lake.subscriptions.get("default").flow_stopped, 120)
-        producer.stop()
-        drain(engine)
-        consumer.stop()
+    try:  # the engine's: Delta's source
+        consumers.append(start_consumer(spark, path, tmp_path / "c2", tmp_path / "out2", subscription="engine"))
     finally:
         spark.conf.unset(IO_OPTION)
+    wait_until(lambda: not engine.subscriptions.get("default").flow_stopped, 120)
+    for query in producers:
+        query.stop()
+    drain(lake)
+    for query in consumers:
+        query.stop()
     _same_judgement(engine, lake)
     stops = [row["flow_stopped_count"] for row in lake.history.read() if row["flow_stopped"]]
-    assert stops == [1, 2]
-    delivered = spark.read.format("delta").load(str(tmp_path / "out"))
-    assert delivered.count() == spark.read.format("delta").load(path).count()
-    assert delivered.groupBy("producer", "id").count().filter("count > 1").count() == 0
+    assert stops[0] == 1 and stops == sorted(stops)
+    enqueued = spark.read.format("delta").load(path)
+    assert enqueued.select("producer").distinct().count() == 2
+    for out in ("out1", "out2"):
+        delivered = spark.read.format("delta").load(str(tmp_path / out))
+        assert delivered.count() == enqueued.count()
+        assert delivered.groupBy("producer", "id").count().filter("count > 1").count() == 0
 
 
 def test_what_the_engine_cannot_do_is_refused_naming_the_setting(spark: SparkSession, tmp_path: Path) -> None:

@@ -6,9 +6,12 @@ deltalake storage options spark-flow derives from that conf."""
 from __future__ import annotations
 
 import posixpath
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+import pytest
 
 from spark_flow.cli import read_properties
 from spark_flow.rules.storage_options import storage_options
@@ -124,3 +127,22 @@ class Io:
     def table(self, spark: SparkSession, location: str) -> DataFrame:
         """The Delta table at ``location`` (a path, or a catalog name) as a DataFrame."""
         return spark.read.format("delta").load(location) if "/" in location else spark.table(location)
+
+
+def object_store(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> Store:
+    """A test's storage of ``kind`` (the ``store`` fixture's parameter): ``local`` (the test's
+    temporary directory), ``s3`` (the S3 server, ``s3a://flow/<test>``), ``abfs`` (Azurite,
+    ``abfs://flow@devstoreaccount1.dfs.core.windows.net/<test>``) or ``gcs`` (the GCS server,
+    ``gs://flow/<test>``); the servers are the suite's, started at their first use."""
+    from support.servers import AZURITE_ACCOUNT, AZURITE_KEY
+
+    unique = f"{tmp_path.name}-{uuid.uuid4().hex[:8]}"
+    if kind == "s3":
+        return Store(kind, f"s3a://flow/{unique}", s3_conf(request.getfixturevalue("s3_server")))
+    if kind == "abfs":
+        conf = abfs_conf(request.getfixturevalue("azurite_server"), AZURITE_ACCOUNT, AZURITE_KEY)
+        return Store(kind, f"abfs://flow@{AZURITE_ACCOUNT}.dfs.core.windows.net/{unique}", conf)
+    if kind == "gcs":
+        endpoint, connector, _binary = request.getfixturevalue("gcs_server")
+        return Store(kind, f"gs://flow/{unique}", gcs_conf(endpoint, connector))
+    return Store(kind, str(tmp_path))
