@@ -108,7 +108,7 @@ def test_producer_is_held_then_the_consumer_drains_the_queue_as_spark_connect_cl
     """The jobs as Spark Connect clients (``spark-submit --remote``), whose foreachBatch runs on
     the server while the progress lines are printed by the job; the producer ended by Ctrl-C
     once held (the server's query stopped by the client, its lines printed). (With their own
-    session, the same run is the README walkthrough's, and test_object_storage's on S3 and ABFS.)"""
+    session, the same run is the README walkthrough's, and test_object_storage's on S3, and on ABFS beside GCS.)"""
     path, output = tmp_path / "events", tmp_path / "consumed"
 
     producer = ctrl_c_once_held(in_terminal(

@@ -5,7 +5,8 @@ docs/deployment.md), its Azure Blob server (Azurite) and its Google Cloud Storag
 through Google's GCS connector), with local applications. Results are read back with deltalake
 and the storage options spark-flow derives.
 
-Each run starts five applications, a JVM each: one run per store proves what the jobs do there
+Each run starts five applications, a JVM each: one run proves what the jobs do on the stores it
+uses (S3; Azure Blob for the queue beside GCS for the rest)
 (held within stop + capacity, restarted from the checkpoint, the controller's status and a
 command queued while it was down, the consumer's read limits, every message once, no secret in
 any output), and on S3 that the sink's writes and the source's reads ran in executors.
@@ -21,7 +22,7 @@ import pytest
 from support.docs import BIN, bash_blocks
 from support.processes import Terminal, ctrl_c_once_held, failure, in_terminal, spark_submit
 from support.runs import check_consumer, check_controller, check_held_producer
-from support.stores import Store
+from support.stores import Store, object_store
 
 pytestmark = pytest.mark.processes
 
@@ -83,14 +84,18 @@ def test_jobs_on_a_standalone_cluster_with_queue_home_and_checkpoints_on_s3(
             assert secret not in run.stdout + run.stderr
 
 
-@pytest.mark.parametrize("store", ["abfs", "gcs"], indirect=True)
-def test_jobs_with_queue_home_and_checkpoints_on_abfs_and_gcs(store: Store) -> None:
-    """The jobs as local applications with stop 20 / resume 10 in their conf: a held producer
-    restarted from its checkpoint, the controller, then the consumer in batches of 10
-    (``--max-bytes-per-trigger 1000`` tighter than ``--max-records-per-trigger 20``)."""
+def test_jobs_with_the_queue_on_abfs_and_home_and_checkpoints_on_gcs(tmp_path: Path,
+                                                                     request: pytest.FixtureRequest) -> None:
+    """The jobs as local applications with stop 20 / resume 10 in their conf, the queue on Azure
+    Blob and the home, the checkpoints and the consumer's output on GCS (one run proves both
+    stores: the same jobs reach each, with each one's settings, side by side in one conf): a held
+    producer, ended by Ctrl-C, restarted from its checkpoint, the controller, then the consumer in
+    batches of 10 (``--max-bytes-per-trigger 1000`` tighter than ``--max-records-per-trigger 20``)."""
+    abfs, gcs = (object_store(kind, request, tmp_path) for kind in ("abfs", "gcs"))
+    store = Store("abfs+gcs", abfs.root, {**abfs.conf, **gcs.conf})
     stop, resume, capacity, rate = 20, 10, 30, 60
-    path, output, home = store.url("queues", "events"), store.url("consumed"), store.url("home")
-    conf = {**store.conf, "spark.flow.home": home}
+    path, output, home = abfs.url("queues", "events"), gcs.url("consumed"), gcs.url("home")
+    conf = {**store.conf, "spark.flow.home": home}  # the jobs' checkpoints: in the queue's state, the home's
     # A batch can take seconds (object storage, a busy machine): a rate that fills the queue in
     # the first batch with rows (then held between two chunks of capacity).
     args = ["--queue", path, "--name", "p1", "--rate", str(rate), "--capacity", str(capacity), "--trigger", "500ms"]

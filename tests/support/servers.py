@@ -223,10 +223,16 @@ def spark_connect_server(log: Path, timeout: float = 240, properties: Path = ROO
                          conf: dict[str, str] | None = None, env: dict[str, str] | None = None) -> Iterator[str]:
     """A Spark Connect server on a loopback port, with Delta and this checkout's spark_flow on its
     Python workers' path (foreachBatch functions and Python data sources run there); yields its
-    ``sc://`` URL. ``properties``, ``conf`` and ``env`` add to its own."""
+    ``sc://`` URL. ``properties``, ``conf`` and ``env`` add to its own. It runs the engine's work
+    of the suite's Connect clients for as long as the suite: like the suite's session, it keeps
+    both compilers (``support.jvm.JIT`` is for the JVMs that live seconds)."""
+    from support.jvm import JIT
+
     port = free_port()
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONPATH": str(ROOT),
            "SPARK_CONF_DIR": str(ROOT / "conf"), **(env or {})}  # its log4j2.properties: warnings and errors only
+    if "JDK_JAVA_OPTIONS" in env:
+        env["JDK_JAVA_OPTIONS"] = env["JDK_JAVA_OPTIONS"].replace(JIT, "").strip()
     extra = [part for key, value in (conf or {}).items() for part in ("--conf", f"{key}={value}")]
     command = [str(SPARK_SUBMIT), "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
                "--properties-file", str(properties), *extra,
