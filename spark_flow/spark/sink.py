@@ -19,7 +19,7 @@ import math
 from collections.abc import Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
 from spark_flow.exceptions import ConfigurationError, FlowControlError, HoldInterruptedError, SchemaMismatchError
 from spark_flow.flow.conf_record import record_home_conf, record_queue_conf
@@ -31,9 +31,10 @@ from spark_flow.rules.settings import producer_settings
 from spark_flow.rules.storage_options import storage_options
 from spark_flow.spark.batch import BatchContext, cached, conform, measure, message_size, order_key, unpersist
 from spark_flow.spark.declare import queue_location
+from spark_flow.spark.held_stop import quiet_py4j_stops, raise_as_a_stop
 from spark_flow.spark.offsets import flowqueue_offset
 from spark_flow.spark.queue_writer import QueueWriter
-from spark_flow.spark.session import is_connect, still_active, streaming_query
+from spark_flow.spark.session import still_active, streaming_query
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -43,11 +44,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("spark_flow.spark.sink")
 
 _ROW = "__spark_flow_row"
-#: The name of the thread a classic query runs its batches on (Spark's QueryExecutionThread).
-_QUERY_THREAD = "stream execution thread for"
-#: The log4j context key (and value) of a query's thread once the query was stopped while held:
-#: conf/log4j2.properties drops Spark's ERROR entry of that stop.
-STOP_KEY, STOP_VALUE = "spark_flow.stop", "held"
 
 
 @dataclass(frozen=True)
@@ -120,13 +116,13 @@ class QueueSink:
         self._consumed: list[tuple[str, str]] | None = None  # (queue, subscription) the query reads
         self._downstream: set[str] = set()  # destinations recorded as their downstream
         self._sizes: dict[str, tuple[Column, tuple[Column, Column]]] = {}  # by schema (JSON)
-        _quiet_py4j_stops()
+        quiet_py4j_stops()
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         try:
             self._deliver(batch, batch_id)
         except HoldInterruptedError as stopped:
-            _raise_as_a_stop(batch.sparkSession, stopped)
+            raise_as_a_stop(batch.sparkSession, stopped)
 
     def _deliver(self, batch: DataFrame, batch_id: int) -> None:
         """Enqueue one micro-batch: route, check, measure, refuse or write in chunks, hold."""
@@ -335,42 +331,6 @@ class QueueSink:
             self.last[dest] = BatchReport(context.batch_id, status.queue, enqueued[dest].count, enqueued[dest].size,
                                           status.depth, status.held, status.flow_stopped_count,
                                           context.held[path] + after_writes[dest], context.throttled[path])
-
-
-def _raise_as_a_stop(spark: SparkSession, stopped: HoldInterruptedError) -> NoReturn:
-    """Raise ``stopped`` (the query was stopped while its batch was held or throttled: the batch
-    must not be committed, its restart writes what is missing) marked as a stop for the logs.
-
-    Spark takes a foreachBatch error for a stop only when it is an interruption of the query's
-    thread, which a Python function cannot raise (``stop()`` interrupts that thread while it
-    waits on py4j's socket, which ignores it), so Spark logs "Query ... terminated with error"
-    at ERROR with the Python traceback. Classic PySpark runs a foreachBatch function's JVM calls
-    on the query's own thread (py4j's pinned threads): ``stopped`` puts ``spark_flow.stop`` in
-    that thread's log4j context, where Spark logs the query's end, and the shipped
-    conf/log4j2.properties drops the entries that carry it (only this query's, only after its
-    stop). Under Spark Connect the server interrupts its own wait for the Python worker, which
-    Spark counts as a stop."""
-    if not is_connect(spark):
-        jvm = spark.sparkContext._jvm
-        if jvm is not None and str(jvm.java.lang.Thread.currentThread().getName()).startswith(_QUERY_THREAD):
-            jvm.org.apache.logging.log4j.ThreadContext.put(STOP_KEY, STOP_VALUE)
-    raise stopped
-
-
-class _QuietStops(logging.Filter):
-    """Drops py4j's log of a foreachBatch call that ended in a stop (its ERROR with the traceback
-    of :class:`HoldInterruptedError`, which a notebook's logging prints): the stop is no error."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not (record.exc_info and isinstance(record.exc_info[1], HoldInterruptedError))
-
-
-def _quiet_py4j_stops() -> None:
-    """Add :class:`_QuietStops` to the loggers of py4j's callback servers, once."""
-    for name in ("py4j.clientserver", "py4j.java_gateway"):
-        logger = logging.getLogger(name)
-        if not any(isinstance(f, _QuietStops) for f in logger.filters):
-            logger.addFilter(_QuietStops())
 
 
 def _consumed(query: StreamingQuery) -> list[tuple[str, str]] | None:
