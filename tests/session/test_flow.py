@@ -25,8 +25,7 @@ def test_qpid_capacity_example_two_producers_bounded_then_resumed(spark: SparkSe
     queue = declare(spark, path, SCHEMA, settings={"stopCount": 100, "resumeCount": 50})
     p1, _ = start_producer(spark, path, tmp_path / "p1", "p1", 200, options={"capacity": 50})
     p2, _ = start_producer(spark, path, tmp_path / "p2", "p2", 60, options={"capacity": 15})
-    wait_until(lambda: queue.depths()["default"].count > 100, 90)
-    wait_until(lambda: is_held(p1) and is_held(p2), 90)
+    wait_until(lambda: is_held(p1) and is_held(p2) and queue.subscriptions.get("default").flow_stopped, 90)
     time.sleep(3)  # held producers add nothing more
     depth = queue.depths()["default"]
     assert 100 < depth.count <= 165
