@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from support.homes import enqueue, http, look_as_a_producer, make_queue, serving
+from support.homes import enqueue, home_of_one_queue, http, look_as_a_producer, make_queue, serving
 from support.stores import Store
 
 SPARK_FLOW = Path(sys.executable).parent / "spark-flow"
@@ -21,11 +21,7 @@ SPARK_FLOW = Path(sys.executable).parent / "spark-flow"
 
 @pytest.fixture
 def home(tmp_path: Path) -> str:
-    home = str(tmp_path / "home")
-    queue = make_queue(home, "events", {"stopCount": 5})
-    enqueue(queue, 8)
-    look_as_a_producer(queue)
-    return home
+    return home_of_one_queue(tmp_path, 8)
 
 
 @pytest.mark.short_processes

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.homes import enqueue, http, look_as_a_producer, make_queue, serving
+from support.homes import home_of_one_queue, http, look_as_a_producer, serving
 
 from spark_flow.ops.admin import FlowAdmin
 
@@ -25,11 +25,7 @@ REBOUND = "127.0.0.1.rebind.example"
 
 @pytest.fixture
 def home(tmp_path: Path) -> str:
-    home = str(tmp_path / "home")
-    queue = make_queue(home, "events", {"stopCount": 5})
-    enqueue(queue, 3)
-    look_as_a_producer(queue)
-    return home
+    return home_of_one_queue(tmp_path, 3)
 
 
 @pytest.fixture

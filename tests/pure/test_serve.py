@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-from support.homes import enqueue, http, look_as_a_producer, make_queue, serving
+from support.homes import home_of_one_queue, http, serving
 
 from spark_flow.console.serve import serve_options
 from spark_flow.exceptions import ConfigurationError
@@ -20,11 +20,7 @@ TOKEN = "a-token-of-thirty-two-characters"
 
 @pytest.fixture
 def home(tmp_path: Path) -> str:
-    home = str(tmp_path / "home")
-    queue = make_queue(home, "events", {"stopCount": 5})
-    enqueue(queue, 8)
-    look_as_a_producer(queue)
-    return home
+    return home_of_one_queue(tmp_path, 8)
 
 
 @pytest.mark.parametrize(("given", "refused"), [

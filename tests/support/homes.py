@@ -59,6 +59,16 @@ def enqueue(queue: Queue, count: int, size: int = 10) -> None:
                     commit_properties=CommitProperties(custom_metadata={"userMetadata": metadata}))
 
 
+def home_of_one_queue(tmp_path: Path, messages: int) -> str:
+    """A home with queue ``events`` (stop 5) holding ``messages`` messages, looked at once by a
+    producer (its flow state recorded): what the console and ``serve`` tests read."""
+    home = str(tmp_path / "home")
+    queue = make_queue(home, "events", {"stopCount": 5})
+    enqueue(queue, messages)
+    look_as_a_producer(queue)
+    return home
+
+
 def queue_with_state(store: Store, name: str) -> Queue:
     """A queue of ``store``'s home (``<root>/home``, its table under ``<root>/queues``), without
     Spark (the suite's Spark session has no S3 file system): three messages, then in its state a
