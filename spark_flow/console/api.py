@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from spark_flow.exceptions import ConfigurationError
 from spark_flow.ops.admin import COMMANDS
 from spark_flow.ops.view import HomeView, QueueView
-from spark_flow.ops.why import edges, explain, root_causes
+from spark_flow.ops.why import explain
 from spark_flow.records.status import control_table
 from spark_flow.rules.depth import Depth
 from spark_flow.store.table import sql_string
@@ -32,11 +32,11 @@ if TYPE_CHECKING:
 CHART_WINDOW = timedelta(minutes=15)
 
 
-def _time(moment: datetime | None) -> float | None:
+def unix_time(moment: datetime | None) -> float | None:
     return moment.timestamp() if moment is not None else None
 
 
-def _depth(depth: Depth) -> dict[str, int]:
+def depth_json(depth: Depth) -> dict[str, int]:
     return {"count": depth.count, "size": depth.size}
 
 
@@ -44,33 +44,18 @@ def queue_json(queue: QueueView, causes: Mapping[str, list[str]]) -> dict[str, A
     """One queue as the page shows it."""
     settings = queue.settings
     return {
-        "name": queue.name, "error": queue.error, "held": queue.held, "held_since": _time(queue.held_since),
+        "name": queue.name, "error": queue.error, "held": queue.held, "held_since": unix_time(queue.held_since),
         "producers_stopped": queue.producers_stopped, "home_stopped": queue.home_stopped,
-        "depth": _depth(queue.depth), "thresholds": asdict(queue.thresholds), "latest": queue.latest,
+        "depth": depth_json(queue.depth), "thresholds": asdict(queue.thresholds), "latest": queue.latest,
         "max_count": settings.max_count if settings else 0, "max_size": settings.max_size if settings else 0,
         "policy": settings.policy if settings else None, "root_cause": causes.get(queue.name, []),
         "subscriptions": [{
-            "name": s.name, "depth": _depth(s.depth), "age": round(s.age, 3), "flow_stopped": s.flow_stopped,
-            "flow_stopped_count": s.flow_stopped_count, "last_transition": _time(s.last_transition),
+            "name": s.name, "depth": depth_json(s.depth), "age": round(s.age, 3), "flow_stopped": s.flow_stopped,
+            "flow_stopped_count": s.flow_stopped_count, "last_transition": unix_time(s.last_transition),
             "stalled": s.stalled, "backpressured": s.backpressured, "downstream": list(s.downstream),
-            "acked_at": _time(s.acked_at), "discarded_count": s.discarded_count,
+            "acked_at": unix_time(s.acked_at), "discarded_count": s.discarded_count,
             "expired_count": s.expired_count, "dead_lettered_count": s.dead_lettered_count, "position": s.position,
         } for s in queue.subscriptions],
-    }
-
-
-def overview(view: HomeView, *, read_only: bool) -> dict[str, Any]:
-    """Every queue of the home, the pipeline's edges and the home's own limits and state."""
-    causes = root_causes(view)
-    return {
-        "home": view.home, "at": _time(view.at), "read_only": read_only,
-        "home_limits": asdict(view.limits) if view.limits.enabled else None,
-        "home_depth": _depth(view.depth), "home_flow_stopped": view.state.flow_stopped,
-        "home_flow_stopped_count": view.state.flow_stopped_count,
-        "queues": [queue_json(q, causes) for q in view.queues.values()],
-        "others": [queue_json(q, causes) for q in view.others.values()],
-        "edges": [{"from": a, "subscription": s, "to": b, "backpressure": held} for a, s, b, held in edges(view)],
-        "status_updated": _time(view.status_updated),
     }
 
 
@@ -79,14 +64,19 @@ def why(view: HomeView, queue: str) -> list[dict[str, Any]]:
     return [{**asdict(stage), "line": stage.line()} for stage in explain(view, queue)]
 
 
-def chart(admin: FlowAdmin, view: HomeView, queue: str, subscription: str) -> dict[str, Any]:
-    """A subscription's depth over the last minutes: the controller's samples, the depth at
-    each of its flow transitions, and now; the thresholds at each point; the intervals its
-    producers were held (flow-stopped, or stopped by an operator, as sampled)."""
+def chart(admin: FlowAdmin, view: HomeView, queue: str, subscription: str | None = None) -> dict[str, Any]:
+    """A subscription's depth over the last minutes (its ``default`` one, else its first, when
+    none is named): the controller's samples, the depth at each of its flow transitions, and
+    now; the thresholds at each point; the intervals its producers were held (flow-stopped, or
+    stopped by an operator, as sampled)."""
     looked = view.queues.get(queue)
     if looked is None or looked.settings is None:
-        raise ConfigurationError("queue", queue, f"a readable queue of {view.home}: "
-                                                 f"{', '.join(n for n, q in view.queues.items() if q.error is None)}")
+        readable = [n for n, q in view.queues.items() if q.error is None]
+        raise ConfigurationError("queue", queue, f"a readable queue of {view.home} ({len(readable)}): "
+                                                 f"{', '.join(readable[:10])}{', ...' if len(readable) > 10 else ''}")
+    if subscription is None:
+        names = [s.name for s in looked.subscriptions]
+        subscription = "default" if "default" in names or not names else names[0]
     sub = next((s for s in looked.subscriptions if s.name == subscription), None)
     if sub is None:
         raise ConfigurationError("subscription", subscription,

@@ -1,6 +1,6 @@
 """``spark-flow serve``: one process, no Spark, serving a home's Prometheus metrics at
-``/metrics`` and its console at ``/`` (:mod:`spark_flow.console.api`), each request reading the
-home at that moment (one look at a time; requests that arrive during a look share the next).
+``/metrics`` and its console at ``/`` (:mod:`spark_flow.console.api`): a scrape reads the home at
+that moment, a console page gets the newest look, paced (:mod:`spark_flow.console.looker`).
 
 Who may act. Bound to loopback (the default), the console is for the machine's own users: its
 ``Host`` header must be a loopback name literally, with the port (never resolved), which keeps
@@ -31,11 +31,13 @@ from importlib import resources
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from spark_flow.console.api import act, chart, overview, read_request, why
+from spark_flow.console.api import act, chart, read_request, why
+from spark_flow.console.listing import list_query
+from spark_flow.console.looker import Looker
+from spark_flow.console.overview import Overview
 from spark_flow.exceptions import ConfigurationError, SparkFlowError, StorageAccessError, one_line
 from spark_flow.ops.admin import FlowAdmin
 from spark_flow.ops.metrics import CONTENT_TYPE, exposition, unreadable
-from spark_flow.ops.view import HomeView, look
 from spark_flow.records.commands import Issuer
 
 log = logging.getLogger("spark_flow.console.serve")
@@ -98,26 +100,6 @@ def serve_options(home: str, port: Any = DEFAULT_PORT, bind: str = DEFAULT_BIND,
     return options
 
 
-class _Looker:
-    """One reader of the home's tables at a time (a table handle is shared by the process and
-    not made for two threads at once); a request that arrives while a look runs shares the next."""
-
-    def __init__(self, home: str, storage_options: Mapping[str, str]) -> None:
-        self.home, self.storage_options = home, storage_options
-        self.lock = threading.RLock()
-        self._last: tuple[float, HomeView, float] | None = None
-
-    def look(self) -> tuple[HomeView, float]:
-        """A look that began after this call did: the home as it is now, and how long it took."""
-        asked = time.monotonic()
-        with self.lock:
-            if self._last is None or self._last[0] < asked:
-                began = time.monotonic()
-                view = look(self.home, self.storage_options)
-                self._last = (began, view, time.monotonic() - began)
-            return self._last[1], self._last[2]
-
-
 class FlowServer(ThreadingHTTPServer):
     """The HTTP server of ``spark-flow serve``."""
 
@@ -126,8 +108,9 @@ class FlowServer(ThreadingHTTPServer):
     def __init__(self, options: ServeOptions) -> None:
         self.options = options
         self.csrf = secrets.token_urlsafe(32)
-        self.looker = _Looker(options.home, options.storage_options)
+        self.looker = Looker(options.home, options.storage_options)
         self.admin = FlowAdmin(options.home, options.storage_options)
+        self._overview: Overview | None = None
         self.address_family = socket.AF_INET6 if ":" in options.bind else socket.AF_INET
         try:
             super().__init__((options.bind, options.port), _Handler)
@@ -135,6 +118,14 @@ class FlowServer(ThreadingHTTPServer):
             in_use = error.errno == errno.EADDRINUSE
             raise ConfigurationError("--port" if in_use else "--bind", options.port if in_use else options.bind,
                                      f"a free port on an address of this machine ({error.strerror})") from None
+
+    def overview(self) -> Overview:
+        """The console's answers of the newest look (:meth:`Looker.recent`), made once per look."""
+        view, _ = self.looker.recent()
+        kept = self._overview
+        if kept is None or kept.view is not view:
+            kept = self._overview = Overview(view, read_only=self.options.read_only)
+        return kept
 
     @property
     def url(self) -> str:
@@ -200,16 +191,15 @@ class _Handler(BaseHTTPRequestHandler):
             if url.path.startswith("/static/") and url.path[8:] in STATIC:
                 return self._send(HTTPStatus.OK, _static(url.path[8:]).encode(), STATIC[url.path[8:]])
             if url.path == "/api/overview":
-                view, _ = self.server.looker.look()
-                return self._json(HTTPStatus.OK, {**overview(view, read_only=self.server.options.read_only),
-                                                  "token_needed": self._token_needed()})
+                answer = self.server.overview().answer(list_query(query), query.get("selected"), query.get("seen", ""))
+                return self._json(HTTPStatus.OK, {**answer, "token_needed": self._token_needed()})
             if url.path == "/api/chart":
                 with self.server.looker.lock:
-                    view, _ = self.server.looker.look()
-                    answer = chart(self.server.admin, view, query.get("queue", ""), query.get("subscription", "default"))
+                    view, _ = self.server.looker.recent()
+                    answer = chart(self.server.admin, view, query.get("queue", ""), query.get("subscription"))
                 return self._json(HTTPStatus.OK, answer)
             if url.path == "/api/why":
-                view, _ = self.server.looker.look()
+                view, _ = self.server.looker.recent()
                 return self._json(HTTPStatus.OK, why(view, query.get("queue", "")))
         except StorageAccessError as error:  # storage unreachable, or refused, named
             return self._unavailable(error)
@@ -238,7 +228,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _home_status(self) -> int:
         """The page's status: 503 while the home cannot be read (the page says why), else 200."""
         try:
-            self.server.looker.look()
+            self.server.looker.recent()
         except Exception:
             return HTTPStatus.SERVICE_UNAVAILABLE
         return HTTPStatus.OK
@@ -342,6 +332,7 @@ def serve(options: ServeOptions, ready: Any = None) -> None:
         raise KeyboardInterrupt
 
     server = FlowServer(options)
+    server.looker.start()  # the first page and scrape find the home's tables open
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, interrupt)
     if ready is not None:

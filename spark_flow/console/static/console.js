@@ -14,7 +14,12 @@ let token = "";
 let selected = null;   // the queue whose chart and explanation are shown
 let live = [];         // the selected queue's depth as polled, for a chart without a controller
 let lastChart = null;
-let lastData = null;   // the last overview
+let lastData = null;   // the last overview drawn
+// Which rows the list shows (the server filters, orders and pages: a page is drawn whatever the
+// home's size) and the digest of the answer drawn: the server answers "same" while it holds.
+const list = { search: "", show: "all", page: 0 };
+let seen = "";
+let asked = 0;         // refreshes asked for; an answer to an older one is dropped
 
 function el(tag, attrs = {}, ...children) {
   const node = tag.startsWith("svg:") ? document.createElementNS(SVG, tag.slice(4)) : document.createElement(tag);
@@ -53,12 +58,27 @@ async function getJSON(url) {
 }
 
 async function refresh() {
+  const ask = ++asked;
+  const params = new URLSearchParams({ ...list, seen });
+  if (selected) params.set("selected", selected);
   try {
-    const data = await getJSON("/api/overview");
+    const data = await getJSON(`/api/overview?${params}`);
+    if (ask !== asked) return;
+    if (data.same) {
+      document.getElementById("updated").textContent = `read at ${clock(data.at)}`;
+      return;
+    }
+    seen = data.digest;
     render(data);
   } catch (error) {
-    document.getElementById("updated").textContent = `cannot read the home: ${error.message}`;
+    if (ask === asked) document.getElementById("updated").textContent = `cannot read the home: ${error.message}`;
   }
+}
+
+// Ask again now with other rows (a search, a filter, a page, a queue selected): nothing seen yet.
+function reload() {
+  seen = "";
+  refresh();
 }
 
 function render(data) {
@@ -67,21 +87,33 @@ function render(data) {
   document.getElementById("controller").textContent = data.status_updated
     ? `controller status written ${ago(data.status_updated)}` : "no controller status yet";
   document.getElementById("mode").textContent = data.read_only ? "read-only" : "";
-  const causes = {};
-  for (const q of [...data.queues, ...data.others]) if (q.root_cause.length) causes[q.name] = q.root_cause;
-  renderTable(data.queues, causes);
+  renderTable(data.queues);
+  renderList(data.list);
   renderHome(data);
-  renderPipeline(data, causes);
+  renderPipeline(data.graph);
   const current = data.queues.find((q) => q.name === selected);
   if (current) {
     const sub = current.subscriptions.find((s) => s.name === charted(current));
     if (sub) live.push({ t: data.at, depth: sub.depth.count, stop: current.thresholds.stop_count,
                          resume: current.thresholds.resume_count, held: current.held, from: "page" });
-    drawChart(current);
+    drawChart();
   }
 }
 
-function renderTable(queues, causes) {
+function renderList(where) {
+  Object.assign(list, { page: where.page });
+  const last = Math.min(where.first + where.size, where.matching);
+  document.getElementById("page-info").textContent = where.matching
+    ? `${where.first + 1}–${last} of ${where.matching}${where.matching !== where.total ? ` (${where.total} in the home)` : ""}`
+      + `, page ${where.page + 1} of ${where.pages}` : `none of ${where.total}`;
+  document.getElementById("previous").toggleAttribute("aria-disabled", where.page === 0);
+  document.getElementById("next").toggleAttribute("aria-disabled", where.page + 1 >= where.pages);
+  for (const option of document.querySelectorAll("#show option")) {
+    option.textContent = `${option.textContent.replace(/ \(\d+\)$/, "")} (${where.counts[option.value]})`;
+  }
+}
+
+function renderTable(queues) {
   patchRows(document.querySelector("#queues tbody"), queues.map((q) => {
     const subs = q.subscriptions.map((s) => el("div", { class: "subscription", "data-subscription": s.name },
       `${s.name}: ${s.depth.count}`, s.flow_stopped ? " (flow-stopped)" : "",
@@ -91,7 +123,7 @@ function renderTable(queues, causes) {
       ? `held${q.producers_stopped ? " (operator)" : ""}${q.home_stopped ? " (home)" : ""}` : "flowing";
     const row = el("tr", { class: `queue${q.held ? " held" : ""}${q.name === selected ? " selected" : ""}`,
                            "data-queue": q.name, "data-held": q.held },
-      el("td", { class: "name" }, q.name, causes[q.name] ? el("span", { class: "badge root" }, "root cause") : null,
+      el("td", { class: "name" }, q.name, q.root_cause.length ? el("span", { class: "badge root" }, "root cause") : null,
          q.error ? el("span", { class: "badge error", title: q.error }, "error") : null),
       el("td", { class: "depth" }, q.depth.count), el("td", {}, q.depth.size),
       el("td", {}, `${Math.max(0, ...q.subscriptions.map((s) => s.age)).toFixed(0)}s`),
@@ -133,52 +165,47 @@ function renderHome(data) {
       `flowStoppedCount ${data.home_flow_stopped_count}` : "";
 }
 
-function renderPipeline(data, causes) {
+// The chains that matter, as the server laid them out in layers (a column per layer).
+function renderPipeline(graph) {
   const svg = document.getElementById("pipeline");
-  const nodes = [...data.queues, ...data.others].map((q) => q.name);
-  const level = Object.fromEntries(nodes.map((n) => [n, 0]));
-  for (let pass = 0; pass < nodes.length; pass += 1) {  // longest path from a source, cycles bounded
-    for (const e of data.edges) if (level[e.to] !== undefined && level[e.to] < level[e.from] + 1) level[e.to] = level[e.from] + 1;
-  }
-  const rows = {};
-  const at = {};
-  for (const name of nodes) {
-    const column = Math.min(level[name], nodes.length);
-    rows[column] = (rows[column] || 0) + 1;
-    at[name] = { x: 10 + column * 200, y: 10 + (rows[column] - 1) * 80 };
-  }
-  const height = 30 + 80 * Math.max(1, ...Object.values(rows));
-  svg.setAttribute("viewBox", `0 0 ${Math.max(600, 220 + 200 * Math.max(0, ...Object.values(level)))} ${height}`);
+  const at = Object.fromEntries(graph.nodes.map((n) => [n.name, { x: 10 + n.column * 200, y: 10 + n.row * 80 }]));
+  const height = 30 + 80 * Math.max(1, graph.rows);
+  svg.setAttribute("viewBox", `0 0 ${Math.max(600, 20 + 200 * graph.columns)} ${height}`);
   svg.setAttribute("height", height);
-  const byName = Object.fromEntries([...data.queues, ...data.others].map((q) => [q.name, q]));
+  document.getElementById("pipeline-note").textContent = (graph.nodes.length ? "" : "no chain, nothing held") +
+    (graph.hidden_chains ? `${graph.hidden_chains} more chains that matter (${graph.hidden_queues} queues) ` +
+      "not drawn: search or filter the list, select a queue to draw its chain" : "");
   const arrow = el("svg:defs", {}, el("svg:marker", { id: "arrow", viewBox: "0 0 10 10", refX: 10, refY: 5,
     markerWidth: 6, markerHeight: 6, orient: "auto-start-reverse" }, el("svg:path", { d: "M 0 0 L 10 5 L 0 10 z" })));
-  const lines = data.edges.filter((e) => at[e.from] && at[e.to]).map((e) => el("svg:line", {
+  const lines = graph.edges.map((e) => el("svg:line", {
     class: `edge${e.backpressure ? " backpressure" : ""}`, "data-from": e.from, "data-to": e.to,
     x1: at[e.from].x + 160, y1: at[e.from].y + 25, x2: at[e.to].x, y2: at[e.to].y + 25, "marker-end": "url(#arrow)" }));
-  const boxes = nodes.map((name) => {
-    const q = byName[name];
-    const label = name.length > 24 ? `…${name.slice(-23)}` : name;
-    const group = el("svg:g", { class: `node${q.held ? " held" : ""}${causes[name] ? " root-cause" : ""}`,
-                                "data-queue": name, transform: `translate(${at[name].x},${at[name].y})` },
-      el("svg:title", {}, causes[name] ? `${name}: root cause: ${causes[name].join("; ")}` : name),
+  const boxes = graph.nodes.map((q) => {
+    const cause = q.root_cause.length > 0;
+    const label = q.name.length > 24 ? `…${q.name.slice(-23)}` : q.name;
+    const group = el("svg:g", { class: `node${q.held ? " held" : ""}${cause ? " root-cause" : ""}`
+                                + `${q.name === selected ? " selected" : ""}`,
+                                "data-queue": q.name, transform: `translate(${at[q.name].x},${at[q.name].y})` },
+      el("svg:title", {}, cause ? `${q.name}: root cause: ${q.root_cause.join("; ")}` : q.name),
       el("svg:rect", { width: 160, height: 50 }),
       el("svg:text", { x: 8, y: 18 }, label),
-      el("svg:text", { x: 8, y: 36 }, `depth ${q.depth.count}${q.held ? " · held" : ""}`),
-      causes[name] ? el("svg:text", { class: "cause", x: 8, y: 64 }, "root cause") : null);
-    group.addEventListener("click", () => { if (byName[name] && data.queues.includes(q)) select(name); });
+      el("svg:text", { x: 8, y: 36 }, q.error ? "unreadable" : `depth ${q.depth}${q.held ? " · held" : ""}`),
+      cause ? el("svg:text", { class: "cause", x: 8, y: 64 }, "root cause") : null);
+    group.addEventListener("click", () => { if (!q.outside) select(q.name); });
     return group;
   });
   svg.replaceChildren(arrow, ...lines, ...boxes);
 }
 
 function select(name) {
-  if (selected !== name) { selected = name; live = []; lastChart = null; }
+  const changed = selected !== name;
+  if (changed) { selected = name; live = []; lastChart = null; }
   document.querySelectorAll("tr.queue").forEach((row) => row.classList.toggle("selected", row.dataset.queue === name));
   const queue = lastData && lastData.queues.find((q) => q.name === name);
   document.getElementById("detail-title").textContent = `queue ${name}` + (queue && queue.subscriptions.length > 1
     ? `, subscription ${charted(queue)}` : "");
   loadDetail();
+  if (changed) reload();  // the graph draws the selected queue's chain
 }
 
 // The subscription a queue's chart shows: its default one, else its first.
@@ -191,9 +218,9 @@ async function loadDetail() {
   if (!selected) return;
   const name = selected;
   const queue = lastData && lastData.queues.find((q) => q.name === name);
-  const subscription = queue && charted(queue);
+  const subscription = queue ? `&subscription=${encodeURIComponent(charted(queue))}` : "";  // else the server's choice
   try {
-    const chartUrl = `/api/chart?queue=${encodeURIComponent(name)}&subscription=${encodeURIComponent(subscription || "default")}`;
+    const chartUrl = `/api/chart?queue=${encodeURIComponent(name)}${subscription}`;
     const [graph, why] = await Promise.all([getJSON(chartUrl),
                                             getJSON(`/api/why?queue=${encodeURIComponent(name)}`)]);
     if (name !== selected) return;
@@ -292,6 +319,26 @@ document.addEventListener("DOMContentLoaded", () => {
     document.getElementById("confirm-yes").addEventListener("click", confirmed);
     document.getElementById("confirm-no").addEventListener("click", () => document.getElementById("confirm").close());
   }
+  // the search box is an editable span (a searchbox, one line): the page's only inputs are an action's
+  const search = document.getElementById("search");
+  let typing = null;
+  search.addEventListener("keydown", (event) => { if (event.key === "Enter") event.preventDefault(); });
+  search.addEventListener("input", () => {
+    clearTimeout(typing);
+    typing = setTimeout(() => { Object.assign(list, { search: search.textContent.trim().slice(0, 200), page: 0 }); reload(); }, 200);
+  });
+  document.getElementById("show").addEventListener("change", (event) => {
+    Object.assign(list, { show: event.target.value, page: 0 });
+    reload();
+  });
+  const turn = (by) => (event) => {
+    event.preventDefault();
+    if (event.currentTarget.hasAttribute("aria-disabled")) return;
+    list.page = Math.max(0, list.page + by);
+    reload();
+  };
+  document.getElementById("previous").addEventListener("click", turn(-1));
+  document.getElementById("next").addEventListener("click", turn(1));
   refresh();
   setInterval(refresh, REFRESH_MS);
   setInterval(loadDetail, 5 * REFRESH_MS);
