@@ -147,10 +147,10 @@ def start_session(app_name: str, verbose: bool, check: Callable[[dict[str, str]]
     # A query stopped while its batch is held reports the interrupted callback; that is expected.
     logging.getLogger("py4j").setLevel(logging.CRITICAL)
     stop_on_ctrl_c()  # from here: a session that waits for its cluster ends on Ctrl-C too
-    with starting():
+    with starting(), _keeping_ctrl_c():
         spark = get_spark({"spark.app.name": app_name})
         _session.append(spark)
-    stop_on_ctrl_c()  # again: the SparkContext's start put PySpark's handler and a JVM one of its own over it
+    stop_on_ctrl_c()  # again: the SparkContext's start put a JVM handler of its own over the JVM's
     if is_connect(spark):
         # The jobs' foreachBatch functions run on the server, where this folder is not importable.
         from pyspark import cloudpickle
@@ -178,6 +178,23 @@ def starting() -> Iterator[None]:
         raise JobError("interrupted before the query started", EXIT_INTERRUPTED)
 
 
+@contextmanager
+def _keeping_ctrl_c() -> Iterator[None]:
+    """Keep the job's Ctrl-C handler while PySpark starts a SparkContext, which puts its own in
+    (a ``cancelAllJobs`` and a ``KeyboardInterrupt`` with its traceback, see
+    :func:`stop_on_ctrl_c`) seconds before the session it starts is the job's."""
+    install = signal.signal
+
+    def keep(signum: int, handler: Any) -> Any:
+        return signal.getsignal(signum) if signum == signal.SIGINT else install(signum, handler)
+
+    signal.signal = keep  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        signal.signal = install
+
+
 def _cancel_start() -> None:
     """Run on a thread of its own by a Ctrl-C in :func:`starting` (the main thread may wait in a
     call to Spark, and a signal handler's call to the JVM would share that thread's connection):
@@ -185,7 +202,7 @@ def _cancel_start() -> None:
     while _starting:
         if not _session:  # the session is still starting (its application waits for the cluster)
             emit("interrupted before the session started")
-            os._exit(EXIT_INTERRUPTED)
+            exit_process(EXIT_INTERRUPTED)
         spark = _session[0]
         with suppress(Exception):  # a session stopping meanwhile: nothing left to cancel
             if is_connect(spark):

@@ -249,7 +249,8 @@ def exit_process(status: int = 0) -> NoReturn:
 
     Leaves through ``os._exit``: at interpreter shutdown deltalake's native threads can abort
     the process ("terminate called without an active exception", delta-io/delta-rs#2184),
-    which turns a job that finished into exit status 134.
+    which turns a job that finished into exit status 134. A failure's status under spark-submit
+    is its JVM's to give (:func:`_end_spark_submit`).
     """
     from pyspark.sql import SparkSession
 
@@ -261,7 +262,38 @@ def exit_process(status: int = 0) -> NoReturn:
         active.stop()
     sys.stdout.flush()
     sys.stderr.flush()
+    if status and "PYSPARK_GATEWAY_PORT" in os.environ:
+        _end_spark_submit(status)
     os._exit(status)
+
+
+def _end_spark_submit(status: int) -> None:
+    """End spark-submit's JVM, which started this Python program, with ``status``, once it has
+    copied all this program printed.
+
+    spark-submit prints the stack of a ``SparkUserAppException`` under the one line a job ends
+    with when its Python program exits with a failure's status (conf/spark-defaults.conf's
+    ``spark.submit.callSystemExitOnMainExit``); its JVM ending first with that status prints
+    nothing. Its thread "redirect output" copies this program's output (stdout and stderr, one
+    pipe): with both closed here, it reads to the end and stops, and the JVM exits after it."""
+    from pyspark import SparkContext
+
+    with contextlib.suppress(Exception):  # a JVM gone already: this program's own exit says it all
+        SparkContext._ensure_initialized()
+        jvm = SparkContext._jvm
+        assert jvm is not None
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.dup2(devnull, 2)
+        for thread in jvm.java.lang.Thread.getAllStackTraces().keySet():
+            if thread.getName() == "redirect output":
+                thread.join(_OUTPUT_COPIED_WITHIN_MS)
+        jvm.java.lang.System.exit(status)  # never answers: the JVM ends, and the call with it
+
+
+#: How long the JVM may take to copy what this program printed before it ends anyway: a child
+#: process that kept the pipe open would keep the copy going.
+_OUTPUT_COPIED_WITHIN_MS = 5000
 
 
 def session_flow_conf(spark: SparkSession) -> dict[str, str]:

@@ -98,18 +98,58 @@ def test_bad_flow_conf_fails_before_anything_is_written(tmp_path: Path) -> None:
     errors = [line for line in (result.stdout + result.stderr).splitlines() if line.startswith("error:")]
     assert errors == ["error: spark.flow.stopCount='abc' is not valid: allowed is a whole number >= 0"], failure(result)
     assert "Traceback" not in result.stdout + result.stderr
+    assert not spark_submit_stack(result), failure(result)
     assert " started" not in result.stdout
     assert not queue.exists()
 
 
+def spark_submit_stack(result: subprocess.CompletedProcess[str]) -> list[str]:
+    """The Java stack lines a run printed: spark-submit's own for a Python program that exited
+    with a failure's status (``SparkUserAppException``) among them."""
+    return [line for line in (result.stdout + result.stderr).splitlines()
+            if line.startswith("\tat ") or "SparkUserAppException" in line]
+
+
+@pytest.mark.parametrize("stage", ["session", "first batch"])
+@pytest.mark.processes
+def test_ctrl_c_while_the_job_waits_for_room_on_its_cluster_ends_it_quietly(tmp_path: Path, stage: str) -> None:
+    """A cluster with no room for the job's executors (a standalone master without a worker):
+    Ctrl-C while the job's session starts ends it with one line, its status 130, nothing
+    written; while its first batch waits for an executor, it stops the query as at any other
+    time. No stack (on main spark-submit added a SparkUserAppException's to the first), no
+    error logged (Spark's for the batch's cancelled measurement, on main, to the second)."""
+    from support.servers import master_state, spark_standalone_master
+
+    with spark_standalone_master(tmp_path) as (master, ui_port, _env):
+        queue = tmp_path / "q"
+        job = in_terminal("producer", "--queue", str(queue), "--rate", "10",
+                          conf={"spark.master": master}, env=SHIPPED_LOGGING)
+        if stage == "session":
+            result = job.ctrl_c_once(lambda: bool(master_state(ui_port).get("activeapps")))
+        else:
+            result = job.ctrl_c_once(lambda: " started: " in job.stdout())
+    assert not spark_submit_stack(result), failure(result)
+    assert not SPARK_ERROR.search(result.stdout + result.stderr), failure(result)
+    lines = result.stdout.splitlines()
+    if stage == "session":
+        assert result.returncode == 130, failure(result)
+        assert len(lines) == 1 and " interrupted before the " in lines[0], failure(result)
+        assert not queue.exists()
+    else:
+        assert result.returncode == 0, failure(result)
+        assert " interrupted; stopping the query" in result.stdout and "0 batches completed" in lines[-1], failure(result)
+
+
 @pytest.mark.processes
 def test_producer_is_held_then_the_consumer_drains_the_queue_as_spark_connect_clients(
-        tmp_path: Path, connect_session: Callable[[], str]) -> None:
+        tmp_path: Path, connect_session: Callable[[], str], spark_connect_log: Path) -> None:
     """The jobs as Spark Connect clients (``spark-submit --remote``), whose foreachBatch runs on
     the server while the progress lines are printed by the job; the producer ended by Ctrl-C
-    once held (the server's query stopped by the client, its lines printed). (With their own
-    session, the same run is the README walkthrough's, and test_object_storage's on S3, and on ABFS beside GCS.)"""
+    once held (the server's query stopped by the client, its lines printed, and no error or
+    traceback in the server's log for the batch cut short). (With their own session, the same
+    run is the README walkthrough's, and test_object_storage's on S3, and on ABFS beside GCS.)"""
     path, output = tmp_path / "events", tmp_path / "consumed"
+    server_log_before = len(spark_connect_log.read_bytes())
 
     producer = ctrl_c_once_held(in_terminal(
         "producer", "--queue", str(path), "--name", "p1", "--rate", str(RATE), "--capacity", str(CAPACITY),
@@ -118,6 +158,8 @@ def test_producer_is_held_then_the_consumer_drains_the_queue_as_spark_connect_cl
     assert producer.returncode == 0 and "interrupted; stopping the query" in producer.stdout, failure(producer)
     assert not warnings(producer), failure(producer)  # what the user sees: nothing spark-flow could prevent
     assert f"stopCount={STOP} resumeCount={RESUME}" in producer.stdout, failure(producer)
+    server_log = spark_connect_log.read_bytes()[server_log_before:].decode(errors="replace")
+    assert " ERROR " not in server_log and "Traceback" not in server_log, server_log[-5000:]
     lines = progress(producer.stdout, "producer")
     assert lines, failure(producer)
     # Held: the queue went over stop, the producer was flow-stopped, and no line (nor the

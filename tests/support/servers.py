@@ -23,6 +23,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from email.utils import formatdate
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 from urllib.request import Request, urlopen
 
@@ -245,13 +246,28 @@ def spark_connect_server(log: Path, timeout: float = 240, properties: Path = ROO
         yield f"sc://127.0.0.1:{port}"
 
 
-def _alive_workers(ui_port: int) -> int:
-    """How many workers the standalone master at ``ui_port`` has registered (its UI's JSON)."""
+def master_state(ui_port: int) -> dict[str, Any]:
+    """What the standalone master at ``ui_port`` shows on its UI's JSON (``aliveworkers``,
+    ``activeapps``, ...); empty while its UI is not up."""
     try:
         with urlopen(f"http://127.0.0.1:{ui_port}/json/", timeout=5) as response:
-            return int(json.load(response).get("aliveworkers", 0))
-    except OSError:
-        return 0
+            return dict(json.load(response))
+    except (OSError, ValueError):  # not listening yet, or answering before its page is ready
+        return {}
+
+
+@contextmanager
+def spark_standalone_master(work: Path, timeout: float = 120) -> Iterator[tuple[str, int, dict[str, str]]]:
+    """A standalone Spark master on loopback ports, with no worker: a cluster with no room for
+    an application's executors until one registers. Yields its ``spark://`` URL, its UI's port
+    and the environment its JVMs run with; its log under ``work``."""
+    port, ui_port = free_port(), free_port()
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable,
+           "SPARK_CONF_DIR": str(ROOT / "conf")}  # its log4j2.properties: warnings and errors only
+    master = [str(SPARK_CLASS), "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
+              "--webui-port", str(ui_port)]
+    with _server(master, port, work / "master.log", "the standalone master", timeout, env=env):
+        yield f"spark://127.0.0.1:{port}", ui_port, env
 
 
 @contextmanager
@@ -260,23 +276,19 @@ def spark_standalone_cluster(work: Path, cores: int = 2, memory: str = "2g", tim
     and ``memory``, each its own JVM (``spark-class``), executors in JVMs of their own that run
     this interpreter's Python workers; logs and the executors' work directories under ``work``.
     Yields the master's ``spark://`` URL once the worker has registered."""
-    port, ui_port, worker_port, worker_ui_port = (free_port() for _ in range(4))
-    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable,
-           "SPARK_CONF_DIR": str(ROOT / "conf")}  # its log4j2.properties: warnings and errors only
-    master = [str(SPARK_CLASS), "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
-              "--webui-port", str(ui_port)]
-    worker = [str(SPARK_CLASS), "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
-              "--port", str(worker_port), "--webui-port", str(worker_ui_port), "--cores", str(cores),
-              "--memory", memory, "--work-dir", str(work / "worker"), f"spark://127.0.0.1:{port}"]
-    with (_server(master, port, work / "master.log", "the standalone master", timeout, env=env),
-          _server(worker, worker_port, work / "worker.log", "the standalone worker", timeout, env=env)):
-        deadline = time.monotonic() + timeout
-        while not _alive_workers(ui_port):
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"the worker did not register with the master:\n"
-                                   f"{(work / 'worker.log').read_text(errors='replace')[-3000:]}")
-            time.sleep(0.5)
-        yield f"spark://127.0.0.1:{port}"
+    worker_port, worker_ui_port = free_port(), free_port()
+    with spark_standalone_master(work, timeout) as (url, ui_port, env):
+        worker = [str(SPARK_CLASS), "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
+                  "--port", str(worker_port), "--webui-port", str(worker_ui_port), "--cores", str(cores),
+                  "--memory", memory, "--work-dir", str(work / "worker"), url]
+        with _server(worker, worker_port, work / "worker.log", "the standalone worker", timeout, env=env):
+            deadline = time.monotonic() + timeout
+            while not master_state(ui_port).get("aliveworkers"):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"the worker did not register with the master:\n"
+                                       f"{(work / 'worker.log').read_text(errors='replace')[-3000:]}")
+                time.sleep(0.5)
+            yield url
 
 
 #: Hadoop's mini cluster (HDFS and YARN in one process) of Spark 4.2's Hadoop, and what it calls
