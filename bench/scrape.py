@@ -1,111 +1,117 @@
-"""Scrape time of ``spark-flow serve``: one Prometheus scrape of ``/metrics`` for a home of 1,
-100 and 1,000 queues, read at scrape time (no controller, no cache between scrapes).
+"""Scrape time of ``spark-flow serve`` at 1,000 and 10,000 queues, this tree side by side with an
+earlier commit's (``--against``, run from ``git archive`` in the same run, on the same homes).
 
-Each home's queues are made with deltalake, as the suite makes them (tests/support/homes.py: no Spark):
-one commit of 8 messages each, every tenth queue held (flow-stopped by a real gate). The server
-runs in this process and a scrape is one HTTP GET of ``/metrics``: the first one (cold: every
-queue's handles opened), then ``--scrapes`` warm ones, with a tenth of the queues given a new
-commit before each (a scrape reads the new commits and checks each small table's version). No
-timed assertion: the report records the medians. Writes bench/scrape.json and bench/scrape.png.
+Each home's queues are made with deltalake, as the suite makes them (bench/_serving.py: no Spark):
+one commit of 8 messages each, every tenth held by a real gate. Each version's serve is started
+as its users start it; a scrape is one HTTP GET of ``/metrics`` with Prometheus' timeout header
+(10 s, as the shipped prometheus.yml says): the first one as soon as serve listens, then, until
+one carries every queue, one a second (the time until then is the first complete scrape), then
+``--scrapes`` warm ones, a tenth of the queues given a new commit before each. Reported: each
+scrape's time, the look it served (how long its read took, how old it was) and serve's CPU time
+per warm scrape; the ratios this tree / the other. No timed assertion. Writes bench/scrape.json
+and bench/scrape.png.
 
-    .venv/bin/python bench/scrape.py [--sizes 1 100 1000] [--scrapes 10]
+    .venv/bin/python bench/scrape.py [--sizes 1000 10000] [--scrapes 5] [--against 0721b01] [--homes DIR]
 """
 
 from __future__ import annotations
 
 import json
 import statistics
-import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from _report import figure, machine, parser, write_report
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from homes import enqueue, http, look_as_a_producer, make_queue, serving
-
-from spark_flow.flow.queue import Queue
-from spark_flow.records.home import Registry
+from _serving import ROOT, cpu_seconds, enqueue, http, make_home, served, source_tree
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
+    from spark_flow.flow.queue import Queue
 
-def make_home(base: Path, size: int) -> tuple[str, list[Queue]]:
-    """A home of ``size`` queues, each with 8 messages, every tenth held."""
-    home = str(base / f"home{size}")
-
-    def one(i: int) -> Queue:
-        queue = make_queue(home, f"queue{i:04d}", {"stopCount": 5 if i % 10 == 0 else 100}, base=base / f"q{size}",
-                           register=False)
-        enqueue(queue, 8)
-        if i % 10 == 0:
-            look_as_a_producer(queue)
-        return queue
-
-    with ThreadPoolExecutor(8) as pool:
-        queues = list(pool.map(one, range(size)))
-    Registry(home).register_all({q.name: q.path for q in queues})
-    return home, queues
+TIMEOUT = {"X-Prometheus-Scrape-Timeout-Seconds": "10"}
 
 
 def scrape(url: str) -> tuple[float, str]:
     began = time.perf_counter()
-    status, text = http(f"{url}metrics")
+    status, text = http(f"{url}metrics", headers=TIMEOUT)
     assert status == 200, text
     return time.perf_counter() - began, text
 
 
+def value(text: str, metric: str) -> float | None:
+    """A home gauge's value in a scrape, None if absent."""
+    line = next((line for line in text.splitlines() if line.startswith(f"{metric}{{")), None)
+    return float(line.rsplit(" ", 1)[1]) if line else None
+
+
+def measure(tree: Path, home: str, queues: list[Queue], scrapes: int) -> dict[str, Any]:
+    """One version's scrapes of one home (see the module's docstring)."""
+    with served(tree, home) as (pid, url):
+        started = time.perf_counter()
+        first, text = scrape(url)
+        first_complete = first if value(text, "spark_flow_queues") == len(queues) else None
+        while value(text, "spark_flow_queues") != len(queues):
+            time.sleep(1)
+            _, text = scrape(url)
+        complete = time.perf_counter() - started
+        warm, looks, ages, cpu = [], [], [], []
+        for round_ in range(scrapes):
+            for queue in queues[round_ % 10::10]:
+                enqueue(queue, 1)
+            before = cpu_seconds(pid)
+            took, text = scrape(url)
+            cpu.append(cpu_seconds(pid) - before)
+            warm.append(took)
+            looks.append(value(text, "spark_flow_scrape_duration_seconds"))
+            ages.append(value(text, "spark_flow_look_age_seconds") or 0.0)
+    series = sum(1 for line in text.splitlines() if line and not line.startswith("#"))
+    return {"first_scrape_seconds": round(first, 3), "first_scrape_had_every_queue": first_complete is not None,
+            "first_complete_scrape_after_start_seconds": round(complete, 2),
+            "warm_scrape_seconds": [round(t, 4) for t in warm], "median_warm_scrape_seconds": round(statistics.median(warm), 4),
+            "max_warm_scrape_seconds": round(max(warm), 4),
+            "median_look_seconds": round(statistics.median(v for v in looks if v is not None), 4),
+            "median_look_age_seconds": round(statistics.median(ages), 3),
+            "median_cpu_seconds_per_warm_scrape": round(statistics.median(cpu), 3), "series": series, "bytes": len(text)}
+
+
 def main() -> None:
     options = parser(__doc__, "bench/scrape.json")
-    options.add_argument("--sizes", type=int, nargs="+", default=[1, 100, 1000])
-    options.add_argument("--scrapes", type=int, default=10, help="warm scrapes timed per size")
+    options.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000])
+    options.add_argument("--scrapes", type=int, default=5, help="warm scrapes timed per size and version")
+    options.add_argument("--against", default="0721b01", help="the commit to compare with (default: 0721b01)")
+    options.add_argument("--homes", type=Path, help="where the homes are made, or were by an earlier run")
     args = options.parse_args()
-    report = {"machine": machine(), "results": {}}
-    base = Path(tempfile.mkdtemp(prefix="spark-flow-bench-scrape-"))
+    report: dict[str, Any] = {"machine": machine(), "against": args.against, "results": {}}
+    trees = {args.against: source_tree(args.against), "this": ROOT}
+    base = args.homes or Path(tempfile.mkdtemp(prefix="spark-flow-bench-scrape-"))
     for size in args.sizes:
-        began = time.perf_counter()
         home, queues = make_home(base, size)
-        setup = time.perf_counter() - began
-        with serving(home) as server:
-            cold, text = scrape(server.url)
-            warm, looks = [], []
-            for round_ in range(args.scrapes):
-                for queue in queues[round_ % 10::10]:
-                    enqueue(queue, 1)
-                took, text = scrape(server.url)
-                warm.append(took)
-                looks.append(float(text.split("spark_flow_scrape_duration_seconds{")[1].split("} ")[1].split()[0]))
-        series = sum(1 for line in text.splitlines() if line and not line.startswith("#"))
-        assert f'spark_flow_queues{{home="{home}"}} {float(size)}' in text
-        report["results"][size] = {
-            "queues": size, "setup_seconds": round(setup, 1), "series": series, "bytes": len(text),
-            "cold_scrape_seconds": round(cold, 3), "warm_scrape_seconds": [round(t, 4) for t in warm],
-            "median_warm_scrape_seconds": round(statistics.median(warm), 4), "max_warm_scrape_seconds": round(max(warm), 4),
-            "median_look_seconds": round(statistics.median(looks), 4),
-            "ms_per_queue": round(1000 * statistics.median(warm) / size, 3)}
-        print(json.dumps(report["results"][size]))
-    write_report(args.out, report, plot(report["results"]))
+        result: dict[str, Any] = {name: measure(tree, home, queues, args.scrapes) for name, tree in trees.items()}
+        result["ratio_this_to_against"] = {key: round(result["this"][key] / result[args.against][key], 3)
+                                           for key in ("median_warm_scrape_seconds", "first_complete_scrape_after_start_seconds",
+                                                       "median_cpu_seconds_per_warm_scrape") if result[args.against][key]}
+        report["results"][size] = result
+        print(json.dumps({size: result}))
+    write_report(args.out, report, plot(report["results"], args.against))
 
 
-def plot(results: dict[int, dict]) -> Figure:
+def plot(results: dict[int, dict[str, Any]], against: str) -> Figure:
     sizes = sorted(results)
-    fig, ax = figure(figsize=(6, 4))
-    ax.plot(sizes, [results[s]["median_warm_scrape_seconds"] for s in sizes], marker="o", label="scrape (median, warm)")
-    ax.plot(sizes, [results[s]["max_warm_scrape_seconds"] for s in sizes], marker=".", linestyle=":",
-            label="scrape (slowest warm)")
-    ax.plot(sizes, [results[s]["cold_scrape_seconds"] for s in sizes], marker="x", linestyle="--",
-            label="first scrape (handles opened)")
-    ax.axhline(1.0, color="tab:red", linewidth=0.8, label="1 s")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("queues in the home")
-    ax.set_ylabel("seconds")
-    ax.set_title("spark-flow serve: one scrape of /metrics")
-    ax.legend(fontsize="small")
+    fig, axes = figure(ncols=2, figsize=(11, 4))
+    for ax, key, title in ((axes[0], "median_warm_scrape_seconds", "warm scrape (median)"),
+                           (axes[1], "first_scrape_seconds", "first scrape after serve starts")):
+        for offset, name, label in ((-0.2, against, f"main at {against}"), (0.2, "this", "this tree")):
+            ax.bar([i + offset for i in range(len(sizes))], [results[s][name][key] for s in sizes], width=0.4, label=label)
+        ax.axhline(10, color="tab:red", linewidth=0.8, label="Prometheus' default timeout (10 s)")
+        ax.axhline(2, color="tab:orange", linewidth=0.8, linestyle=":", label="2 s")
+        ax.set_xticks(range(len(sizes)), [f"{s:,} queues" for s in sizes])
+        ax.set_yscale("log")
+        ax.set_ylabel("seconds")
+        ax.set_title(f"spark-flow serve: {title}")
+        ax.legend(fontsize="small")
     return fig
 
 

@@ -37,7 +37,7 @@ from spark_flow.console.looker import Looker
 from spark_flow.console.overview import Overview
 from spark_flow.exceptions import ConfigurationError, SparkFlowError, StorageAccessError, one_line
 from spark_flow.ops.admin import FlowAdmin
-from spark_flow.ops.metrics import CONTENT_TYPE, exposition, unreadable
+from spark_flow.ops.metrics import CONTENT_TYPE, exposition, reading, unreadable
 from spark_flow.records.commands import Issuer
 
 log = logging.getLogger("spark_flow.console.serve")
@@ -48,6 +48,10 @@ TOKEN_ENV = "SPARK_FLOW_TOKEN"
 #: The header an action may name its issuer in (an authenticating proxy's, a script's).
 USER_HEADER = "X-Spark-Flow-User"
 MIN_TOKEN = 16
+#: The header a Prometheus scrape says its timeout in (seconds).
+SCRAPE_TIMEOUT_HEADER = "X-Prometheus-Scrape-Timeout-Seconds"
+#: How long a scrape that sends no timeout may wait for a look: within Prometheus' default 10 s.
+SCRAPE_BUDGET = 9.0
 STATIC = {"console.js": "text/javascript; charset=utf-8", "console.css": "text/css; charset=utf-8"}
 HEADERS = {
     "X-Content-Type-Options": "nosniff", "X-Frame-Options": "DENY", "Referrer-Policy": "no-referrer",
@@ -121,7 +125,7 @@ class FlowServer(ThreadingHTTPServer):
 
     def overview(self) -> Overview:
         """The console's answers of the newest look (:meth:`Looker.recent`), made once per look."""
-        view, _ = self.looker.recent()
+        _, view, _ = self.looker.recent()
         kept = self._overview
         if kept is None or kept.view is not view:
             kept = self._overview = Overview(view, read_only=self.options.read_only)
@@ -195,11 +199,11 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._json(HTTPStatus.OK, {**answer, "token_needed": self._token_needed()})
             if url.path == "/api/chart":
                 with self.server.looker.lock:
-                    view, _ = self.server.looker.recent()
+                    _, view, _ = self.server.looker.recent()
                     answer = chart(self.server.admin, view, query.get("queue", ""), query.get("subscription"))
                 return self._json(HTTPStatus.OK, answer)
             if url.path == "/api/why":
-                view, _ = self.server.looker.recent()
+                _, view, _ = self.server.looker.recent()
                 return self._json(HTTPStatus.OK, why(view, query.get("queue", "")))
         except StorageAccessError as error:  # storage unreachable, or refused, named
             return self._unavailable(error)
@@ -215,15 +219,19 @@ class _Handler(BaseHTTPRequestHandler):
         self.do_GET()
 
     def _metrics(self) -> None:
-        """The home's metrics; a home that cannot be read is ``spark_flow_home_up 0`` (200: this
-        server is up, Prometheus' ``up`` says so; its storage is not), logged as a 503 is."""
+        """The home's metrics within the scrape's timeout (Prometheus sends it); a home that cannot
+        be read is ``spark_flow_home_up 0`` (200: this server is up, Prometheus' ``up`` says so;
+        its storage is not), logged as a 503 is; a first look still under way at the timeout,
+        only how long it has taken so far."""
         began = time.monotonic()
         try:
-            view, took = self.server.looker.look()
+            looked = self.server.looker.for_scrape(_budget(self.headers.get(SCRAPE_TIMEOUT_HEADER)))
         except Exception as error:
             log.warning("cannot read %s: %s", self.server.options.home, one_line(error))
             return self._send(HTTPStatus.OK, unreadable(self.server.options.home, time.monotonic() - began), CONTENT_TYPE)
-        return self._send(HTTPStatus.OK, exposition(view, took), CONTENT_TYPE)
+        if looked is None:
+            return self._send(HTTPStatus.OK, reading(self.server.options.home, time.monotonic() - began), CONTENT_TYPE)
+        return self._send(HTTPStatus.OK, exposition(*looked), CONTENT_TYPE)
 
     def _home_status(self) -> int:
         """The page's status: 503 while the home cannot be read (the page says why), else 200."""
@@ -306,6 +314,15 @@ class _Handler(BaseHTTPRequestHandler):
                            "token_needed": str(self._token_needed()).lower()}.items():
             page = page.replace("{{" + key + "}}", html.escape(value))
         return page.encode()
+
+
+def _budget(timeout: str | None) -> float:
+    """How long a scrape may wait for a look: its timeout (Prometheus' header) less a second for
+    the answer, :data:`SCRAPE_BUDGET` if it sends none."""
+    try:
+        return max(0.5, float(timeout or "") - 1.0)
+    except ValueError:
+        return SCRAPE_BUDGET
 
 
 def _static(name: str) -> str:

@@ -1,0 +1,86 @@
+"""What bench/scrape.py and bench/console.py share: a home of N queues made as the suite makes
+them (deltalake and real gates, no Spark; kept in a folder to be used again, it takes minutes at
+10,000 queues), and ``spark-flow serve`` run as its users run it from a source tree (this one, or
+a commit's from ``git archive``, so two versions are measured side by side in one run), with the
+CPU time its process has used."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import subprocess
+import sys
+import tarfile
+import tempfile
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from io import BytesIO
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from support.homes import enqueue, http, look_as_a_producer, make_queue
+
+from spark_flow.flow.queue import Queue, open_queue
+from spark_flow.records.home import Registry
+
+ROOT = Path(__file__).resolve().parent.parent
+
+__all__ = ["cpu_seconds", "enqueue", "http", "make_home", "served", "source_tree"]
+
+
+def make_home(base: Path, size: int, *, chain: int = 0) -> tuple[str, list[Queue]]:
+    """A home of ``size`` queues of 8 messages each, every tenth held by its depth (stop 5); the
+    first ``chain`` of them each written to by the one before (``downstream``). Made once under
+    ``base`` and opened again by later runs."""
+    home, tables = base / f"home{size}", base / f"q{size}"
+    if Registry(str(home)).queues():
+        return str(home), [open_queue(path) for path in Registry(str(home)).queues().values()]
+
+    def one(i: int) -> Queue:
+        queue = make_queue(home, f"queue{i:05d}", {"stopCount": 5 if i % 10 == 0 else 100}, base=tables, register=False)
+        enqueue(queue, 8)
+        return queue
+
+    with ThreadPoolExecutor(8) as pool:
+        queues = list(pool.map(one, range(size)))
+    for upper, lower in itertools.pairwise(queues[:chain]):
+        upper.subscriptions.add_downstream("default", [lower.path])
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(look_as_a_producer, [q for i, q in enumerate(queues) if i % 10 == 0]))
+    Registry(str(home)).register_all({q.name: q.path for q in queues})
+    return str(home), queues
+
+
+def source_tree(ref: str) -> Path:
+    """The package as of commit ``ref`` (``git archive``), in a new temporary folder."""
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref, "spark_flow"], check=True, capture_output=True).stdout
+    folder = Path(tempfile.mkdtemp(prefix=f"spark-flow-{ref}-"))
+    with tarfile.open(fileobj=BytesIO(archive)) as tar:
+        tar.extractall(folder, filter="data")
+    return folder
+
+
+@contextmanager
+def served(tree: Path, home: str) -> Iterator[tuple[int, str]]:
+    """``spark-flow --home HOME serve --port 0`` with the package of ``tree``, until the block
+    ends; its process id and URL."""
+    code = "from spark_flow.cli import main; main()"
+    process = subprocess.Popen([sys.executable, "-c", code, "--home", home, "serve", "--port", "0"],
+                               env={**os.environ, "PYTHONPATH": str(tree)}, stdout=subprocess.PIPE,
+                               stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+    try:
+        line = process.stdout.readline() if process.stdout else ""
+        if not line.startswith("spark-flow serve: "):
+            raise RuntimeError(f"serve from {tree} did not start: {line!r}")
+        yield process.pid, line.split()[2]
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(30)
+
+
+def cpu_seconds(pid: int) -> float:
+    """The CPU time (user and system, every thread) process ``pid`` has used."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
