@@ -121,8 +121,9 @@ def _parser() -> argparse.ArgumentParser:
     replay = commands.add_parser("replay-dead-letters",
                                  help="append a queue's dead letters not replayed yet back into the queue, once")
     replay.add_argument("queue")
-    delete = commands.add_parser("delete", help="delete a queue: its table, state and registration (a catalog "
-                                                "table: DROP TABLE it in Spark first)")
+    delete = commands.add_parser("delete", help="delete a queue: its table, state and registration (a queue "
+                                                "by catalog name through the engine, with --remote; a catalog "
+                                                "table declared by path: DROP TABLE it in Spark first)")
     delete.add_argument("queue", help="a registered queue's name")
     delete.add_argument("--if-empty", action="store_true",
                         help="refuse while a subscription has messages it has not acknowledged")

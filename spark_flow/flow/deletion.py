@@ -12,11 +12,13 @@ state location, the registration and the queue's status rows.
 
 Files are removed with pyarrow's file systems, and on HDFS with ``hdfs-native``'s client (no
 JVM), reached with deltalake's storage options (:func:`~spark_flow.store.access.remove_location`):
-no SparkSession. So a catalog table is refused:
-only Spark can drop its catalog entry (``DROP TABLE``; the queue's producers and consumers end at
-their next look), and deleting the queue afterwards removes its state and registration. A queue
-whose table is gone already (dropped, its directory removed) is deleted the same way: what is
-left at its location, the state location its home gave it (``<home>/<queue>``), the registration.
+no SparkSession. A queue declared by its catalog name (governed compute: a schema home, managed
+tables) is dropped by the engine instead, the queue's table first, then its state tables
+(``DROP TABLE``: the process needs a session, as everything by name does). A catalog table
+declared by path is refused: only Spark can drop its catalog entry, and deleting the queue
+afterwards removes its state and registration. A queue whose table is gone already (dropped,
+its directory removed) is deleted the same way: what is left at its location, the state location
+its home gave it (``<home>/<queue>``, ``<schema>.<queue>_*`` tables), the registration.
 """
 
 from __future__ import annotations
@@ -27,12 +29,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from spark_flow.exceptions import QueueDeleteRefusedError, QueueNotFoundError
-from spark_flow.flow.queue import CATALOG_TABLE, Queue
+from spark_flow.flow.queue import CATALOG_TABLE, STATE_TABLES, SUBSCRIPTIONS, Queue
 from spark_flow.records.home import CONTROL_DIR, Registry
 from spark_flow.records.status import control_table
 from spark_flow.records.subscriptions import READER_TIMEOUT, age, process_gone
-from spark_flow.rules.names import home_member, state_member
+from spark_flow.rules.names import home_member, is_path, state_member
 from spark_flow.store.access import remove_location
+from spark_flow.store.engine import engine_drop
 from spark_flow.store.handles import forget
 from spark_flow.store.table import is_table, sql_string
 
@@ -70,15 +73,13 @@ def delete_queue(home: str, name: str, storage_options: Mapping[str, str], *, if
     path = queues[name]
     queue = _still_there(path, storage_options)
     if queue is not None:
-        _guard(queue, if_empty=if_empty, if_unused=if_unused)
+        _guard(queue, if_empty=if_empty, if_unused=if_unused, by_name=not is_path(path))
         state: str | None = queue.state_location
     else:
         state = _state_left(home, name, storage_options)
     locations = [path, *([state] if state else [])]
     _refuse_shared(name, locations, home, [p for n, p in queues.items() if n != name])
-    remove_location(posixpath.join(path, "_delta_log"), storage_options)  # every next look fails from here
-    for location in locations:
-        remove_location(location, storage_options)
+    _remove(path, state, storage_options)
     registry.unregister(name)
     control_table(home, "status", storage_options).delete(f"queue = {sql_string(name)}")
     forget("queue", path)
@@ -97,10 +98,27 @@ def _still_there(path: str, storage_options: Mapping[str, str]) -> Queue | None:
         return None
 
 
-def _guard(queue: Queue, *, if_empty: bool, if_unused: bool) -> None:
-    """Refuse a catalog table (Spark drops it), and what RabbitMQ's guards refuse."""
+def _remove(path: str, state: str | None, storage_options: Mapping[str, str]) -> None:
+    """Remove the queue's table, its log first (every process's next look fails from there),
+    then its state: files at a path, tables by a catalog name."""
+    if is_path(path):
+        remove_location(posixpath.join(path, "_delta_log"), storage_options)
+        remove_location(path, storage_options)
+    else:
+        engine_drop(path)
+    if state is None:
+        return
+    if is_path(state):
+        remove_location(state, storage_options)
+        return
+    for table in STATE_TABLES:
+        engine_drop(state_member(state, table))
+
+
+def _guard(queue: Queue, *, if_empty: bool, if_unused: bool, by_name: bool) -> None:
+    """Refuse a catalog table declared by path (Spark drops it), and what RabbitMQ's guards refuse."""
     table = queue.properties().get(CATALOG_TABLE)
-    if table:
+    if table and not by_name:
         raise QueueDeleteRefusedError(
             queue.name, f"it is the catalog table {table}, whose catalog entry only Spark can drop",
             f"a queue by path here; drop this one in Spark (DROP TABLE {table}: its producers and consumers "
@@ -127,7 +145,7 @@ def _state_left(home: str, name: str, storage_options: Mapping[str, str]) -> str
     """The state of a queue whose table is gone: where its home keeps queues' state
     (``<home>/<queue>``), if a subscriptions table is there."""
     state = home_member(home, name)
-    return state if is_table(state_member(state, "subscriptions"), storage_options) else None
+    return state if is_table(state_member(state, SUBSCRIPTIONS), storage_options) else None
 
 
 def _within(inner: str, outer: str) -> bool:

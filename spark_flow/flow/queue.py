@@ -41,6 +41,10 @@ QUEUE_NAME = "flow.queueName"
 STATE_LOCATION = "flow.stateLocation"
 #: The catalog table a queue was declared as (its full name): only Spark can drop it.
 CATALOG_TABLE = "flow.catalogTable"
+#: The tables at a queue's state location (:func:`~spark_flow.rules.names.state_member`): its
+#: subscriptions, transition history, run-time settings, hold times and writer claims.
+SUBSCRIPTIONS, HISTORY, HOLDS, WRITERS = "subscriptions", "history", "holds", "writers"
+STATE_TABLES = (SUBSCRIPTIONS, HISTORY, RUNTIME_SETTINGS_FOLDER, HOLDS, WRITERS)
 #: The home a queue was declared in (``spark.flow.home``): whose home-wide limits hold its producers.
 HOME_PROPERTY = "flow.home"
 #: The ``txnAppId`` of purge commits; its ``txnVersion`` is the queue version purged through.
@@ -74,10 +78,10 @@ class Queue:
         state = properties[STATE_LOCATION]
         self.owner = Owner(self.name, self._table, state)
         kept, owner = self.storage_options, self.owner  # the state tables are written while the queue is there
-        self.subscriptions = SubscriptionTable(state_member(state, "subscriptions"), self.name, kept, owner=owner)
-        self.history = TransitionTable(state_member(state, "history"), self.name, kept, owner=owner)
+        self.subscriptions = SubscriptionTable(state_member(state, SUBSCRIPTIONS), self.name, kept, owner=owner)
+        self.history = TransitionTable(state_member(state, HISTORY), self.name, kept, owner=owner)
         self.runtime_settings = RuntimeSettings(state_member(state, RUNTIME_SETTINGS_FOLDER), kept, owner=owner)
-        self.hold_times = HoldTimes(state_member(state, "holds"), kept, owner=owner)
+        self.hold_times = HoldTimes(state_member(state, HOLDS), kept, owner=owner)
         self.recorder = FlowRecorder(self.subscriptions, self.history,
                                      lambda sub: f"queue {self.name!r} subscription {sub!r}")
         self._settings: tuple[tuple[dict[str, str], dict[str, str]], QueueSettings] | None = None

@@ -261,8 +261,9 @@ class FlowAdmin:
         nothing is written in its place again.
 
         ``if_empty`` refuses while a subscription has messages it has not acknowledged,
-        ``if_unused`` while a live query reads one (RabbitMQ's ``delete_queue`` guards); a
-        catalog table is refused too (drop it in Spark first). A refusal raises
+        ``if_unused`` while a live query reads one (RabbitMQ's ``delete_queue`` guards). A queue
+        declared by its catalog name is dropped through the engine; a catalog table declared by
+        path is refused (drop it in Spark first). A refusal raises
         :class:`~spark_flow.exceptions.QueueDeleteRefusedError` and removes nothing.
         """
         return delete_queue(self.home, name, self.storage_options, if_empty=if_empty, if_unused=if_unused)

@@ -22,6 +22,7 @@ import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from spark_flow.flow.queue import WRITERS
 from spark_flow.records.subscriptions import PROCESS
 from spark_flow.records.writer_claim import WriterClaim, needs_claim
 from spark_flow.rules.names import state_member
@@ -58,7 +59,7 @@ class QueueWriter:
         self.queue = queue
         self._claim: WriterClaim | None = None
         if needs_claim(queue.path, delta_conf):  # before this application writes anything there
-            self._claim = WriterClaim(state_member(queue.state_location, "writers"), queue.name, queue.path,
+            self._claim = WriterClaim(state_member(queue.state_location, WRITERS), queue.name, queue.path,
                                       delta_conf.get("spark.app.id") or PROCESS, storage_options, owner=queue.owner)
             self._claim.renew()
         # the engine appends with Delta's writer: a direct append's commit is deltalake's

@@ -178,6 +178,12 @@ def _create_named(spark: SparkSession, name: str, schema: pa.Schema, properties:
     _NAMED.add(name)
 
 
+def engine_drop(name: str) -> None:
+    """Drop the catalog table ``name``, if there is one (a managed table's files go with it)."""
+    engine_session(name).sql(f"DROP TABLE IF EXISTS {name}")
+    _NAMED.discard(name)
+
+
 def _nullable_strings(schema: pa.Schema) -> pa.Schema:
     """``schema`` with null-typed fields as strings, as :func:`_frame` writes them."""
     import pyarrow as pa

@@ -52,3 +52,25 @@ def test_a_home_naming_a_schema_not_in_the_catalog_is_refused_before_anything_is
     finally:
         spark.conf.unset(HOME_CONF)
     assert not spark.catalog.tableExists("no_such_schema.events")
+
+
+@pytest.mark.parametrize("io", ["engine"], indirect=True)
+def test_a_queue_by_name_is_deleted_with_its_state_tables_and_registration(spark: SparkSession, io: Io) -> None:
+    """``delete`` of a queue declared by name in a schema home drops its table and its state
+    tables and unregisters it (on main it was refused as a catalog table whose entry only Spark
+    can drop, which the engine here does); a queue whose table was dropped by hand has its state
+    and registration deleted the same way."""
+    kept, dropped = io.queue("events"), io.queue("orders")
+    for queue in (kept, dropped):
+        declare(spark, queue, SCHEMA)
+    admin = FlowAdmin(IO_SCHEMA, {IO_OPTION: "engine"})
+    admin.queue(kept).create_subscription("audit")
+    admin.set(kept, stopCount=10)  # its run-time settings table too
+
+    deleted = admin.delete_queue(kept, if_empty=True, if_unused=True)
+    assert (deleted.path, deleted.state_location) == (f"spark_catalog.{kept}", f"{IO_SCHEMA}.{IO_SCHEMA}_events")
+    spark.sql(f"DROP TABLE {dropped}")
+    assert admin.delete_queue(dropped).state_location == f"{IO_SCHEMA}.{IO_SCHEMA}_orders"
+    left = [t.name for t in spark.catalog.listTables(IO_SCHEMA)]
+    assert left and all(name.startswith("_spark_flow_") for name in left), left  # the home's own tables only
+    assert admin.queues() == {}
