@@ -13,21 +13,23 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from io import BytesIO
 from pathlib import Path
+from urllib.error import HTTPError
+from urllib.request import Request, urlopen
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from support.homes import enqueue, http, look_as_a_producer, make_queue
+from support.homes import enqueue, look_as_a_producer, make_queue
 
 from spark_flow.flow.queue import Queue, open_queue
 from spark_flow.records.home import Registry
 
 ROOT = Path(__file__).resolve().parent.parent
 
-__all__ = ["cpu_seconds", "enqueue", "http", "make_home", "served", "source_tree"]
+__all__ = ["cpu_seconds", "enqueue", "get", "make_home", "served", "source_tree"]
 
 
 def make_home(base: Path, size: int, *, chain: int = 0) -> tuple[str, list[Queue]]:
@@ -78,6 +80,16 @@ def served(tree: Path, home: str) -> Iterator[tuple[int, str]]:
     finally:
         os.killpg(process.pid, signal.SIGTERM)
         process.wait(30)
+
+
+def get(url: str, headers: Mapping[str, str] | None = None) -> tuple[int, str]:
+    """A GET of ``url``: its status and text, waited for as long as it takes (an old serve's
+    first look at 10,000 queues takes minutes: that is what is measured)."""
+    try:
+        with urlopen(Request(url, headers=dict(headers or {})), timeout=900) as response:
+            return response.status, response.read().decode()
+    except HTTPError as error:
+        return error.code, error.read().decode()
 
 
 def cpu_seconds(pid: int) -> float:

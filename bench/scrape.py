@@ -20,11 +20,12 @@ import json
 import statistics
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from _report import figure, machine, parser, write_report
-from _serving import ROOT, cpu_seconds, enqueue, http, make_home, served, source_tree
+from _serving import ROOT, cpu_seconds, enqueue, get, make_home, served, source_tree
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -36,7 +37,7 @@ TIMEOUT = {"X-Prometheus-Scrape-Timeout-Seconds": "10"}
 
 def scrape(url: str) -> tuple[float, str]:
     began = time.perf_counter()
-    status, text = http(f"{url}metrics", headers=TIMEOUT)
+    status, text = get(f"{url}metrics", TIMEOUT)
     assert status == 200, text
     return time.perf_counter() - began, text
 
@@ -59,8 +60,8 @@ def measure(tree: Path, home: str, queues: list[Queue], scrapes: int) -> dict[st
         complete = time.perf_counter() - started
         warm, looks, ages, cpu = [], [], [], []
         for round_ in range(scrapes):
-            for queue in queues[round_ % 10::10]:
-                enqueue(queue, 1)
+            with ThreadPoolExecutor(8) as pool:
+                list(pool.map(lambda queue: enqueue(queue, 1), queues[round_ % 10::10]))
             before = cpu_seconds(pid)
             took, text = scrape(url)
             cpu.append(cpu_seconds(pid) - before)

@@ -7,9 +7,11 @@ the newest is older than the refresh and than :data:`PACE` times a look's length
 first look, which opens every table, is not counted). Looks then take at most a fifth of the
 server's time however many pages are open, and a page says when its figures were read. A scrape
 asks for the home as it is now (a look that began after it asked, or the one under way) while
-a look takes at most :data:`WAIT_FOR_LOOK`; a bigger home's scrape is answered as a page is,
-saying how old its look is; and a scrape never waits past its timeout: serve's first look of
-a big home can take longer than Prometheus waits. A look fails as the home does: the newest
+a look takes at most :data:`WAIT_FOR_LOOK`; a bigger home's scrape gets the newest look, saying
+how old it is, and starts the next in the background (so each scrape shows the home as it was at
+the scrape before, or later, as a scrape waiting for its look would at the same cost); and a
+scrape never waits past its timeout: serve's first look of a big home can take longer than
+Prometheus waits. A look fails as the home does: the newest
 failure, if newer than the newest look, is raised to every asker.
 """
 
@@ -58,8 +60,9 @@ class Looker:
         with self._state:
             typical = self._typical
             since = min(time.monotonic(), self._reading if self._reading is not None else float("inf"))
-        if typical is not None and typical > WAIT_FOR_LOOK:
-            began, view, took = self.recent()
+        if typical is not None and typical > WAIT_FOR_LOOK:  # the newest, and a look for the next scrape
+            self.start()
+            began, view, took = self._newest()
         else:
             self.start()
             with self._state:
