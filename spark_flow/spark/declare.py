@@ -116,6 +116,8 @@ def declare(
     for location in (home, state_location):  # reached before Spark creates anything
         if location:
             _check_location(spark, location, storage, schema=location == home)
+    if home and not state_location:
+        _check_state_unshared(home, ref.name, storage)
     detail = _detail(spark, ref, storage)  # a path's look is its access check too
     if home:
         record_home_conf(open_home(home, storage), conf)  # a bad home limit fails before the queue is made
@@ -205,6 +207,19 @@ def _check_location(spark: SparkSession, location: str, storage: Mapping[str, st
         key = HOME_CONF if schema else "state_location"
         raise ConfigurationError(key, location, f"a path, or {'a schema' if schema else 'a table name in a schema'} "
                                  f"in the catalog (CREATE SCHEMA {named or '<schema>'} first)")
+
+
+def _check_state_unshared(home: str, name: str, storage: Mapping[str, str]) -> None:
+    """Refuse a queue whose state its home would keep where it keeps another queue's: a schema
+    home names a queue's state tables after the queue, any character but a letter, a digit or
+    ``_`` made ``_`` (``a.b`` and ``a_b`` would share ``<schema>.a_b_subscriptions``)."""
+    state = home_member(home, name)
+    shared = next((other for other in Registry(home, storage).queues() if other != name
+                   and home_member(home, other) == state), None)
+    if shared is not None:
+        raise ConfigurationError("queue", name, f"a name whose state tables in home {home} ({state}_*) are not "
+                                 f"queue {shared!r}'s: name it apart in a letter, digit or _, or give it a "
+                                 "state_location")
 
 
 def _state_location(given: str | None, conf: Mapping[str, str], name: str) -> Callable[[str], str]:

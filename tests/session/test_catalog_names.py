@@ -74,3 +74,16 @@ def test_a_queue_by_name_is_deleted_with_its_state_tables_and_registration(spark
     left = [t.name for t in spark.catalog.listTables(IO_SCHEMA)]
     assert left and all(name.startswith("_spark_flow_") for name in left), left  # the home's own tables only
     assert admin.queues() == {}
+
+
+@pytest.mark.parametrize("io", ["engine"], indirect=True)
+def test_a_queue_whose_state_tables_would_be_another_queues_is_refused(spark: SparkSession, io: Io) -> None:
+    """A schema home names a queue's state tables after it, ``.`` made ``_``: queue
+    ``flow_io.events`` and a queue at a path named ``flow_io_events`` would share
+    ``flow_io.flow_io_events_subscriptions`` (on main the second took the first's subscriptions
+    for its own). Refused before anything is made, naming the other queue."""
+    declare(spark, io.queue("events"), SCHEMA)
+    clash = io.base / "flow_io_events"
+    with pytest.raises(ConfigurationError, match=r"queue='flow_io_events'.*queue 'flow_io\.events''s"):
+        declare(spark, str(clash), SCHEMA)
+    assert not clash.exists()
