@@ -112,6 +112,7 @@ def spark_submit_stack(result: subprocess.CompletedProcess[str]) -> list[str]:
 
 @pytest.mark.parametrize("stage", ["session", "first batch"])
 @pytest.mark.processes
+@pytest.mark.beside_group  # a master and one application: beside the group, the run's longest path
 def test_ctrl_c_while_the_job_waits_for_room_on_its_cluster_ends_it_quietly(tmp_path: Path, stage: str) -> None:
     """A cluster with no room for the job's executors (a standalone master without a worker):
     Ctrl-C while the job's session starts ends it with one line, its status 130, nothing
@@ -193,6 +194,7 @@ def test_producer_is_held_then_the_consumer_drains_the_queue_as_spark_connect_cl
 
 
 @pytest.mark.processes
+@pytest.mark.beside_group  # one application at a time: beside the group, which is the run's longest path
 def test_a_producer_paced_by_its_publish_rate_as_the_readme_runs_it(tmp_path: Path) -> None:
     """The "Publish quotas" line of docs/configuration.md as written (its queue under a temporary folder), ended
     by Ctrl-C once a line shows a wait: the rate source offers 100 messages a second, every
