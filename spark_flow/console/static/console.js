@@ -64,8 +64,9 @@ async function refresh() {
   try {
     const data = await getJSON(`/api/overview?${params}`);
     if (ask !== asked) return;
-    if (data.same) {
+    if (data.same) {  // the rows as drawn; the selected queue's chart still gets the look's point
       document.getElementById("updated").textContent = `read at ${clock(data.at)}`;
+      if (lastData) chartNow({ ...lastData, at: data.at });
       return;
     }
     seen = data.digest;
@@ -91,13 +92,19 @@ function render(data) {
   renderList(data.list);
   renderHome(data);
   renderPipeline(data.graph);
+  chartNow(data);
+}
+
+// The selected queue's depth at the look `data` is of (once a look), on its chart.
+function chartNow(data) {
   const current = data.queues.find((q) => q.name === selected);
-  if (current) {
-    const sub = current.subscriptions.find((s) => s.name === charted(current));
-    if (sub) live.push({ t: data.at, depth: sub.depth.count, stop: current.thresholds.stop_count,
-                         resume: current.thresholds.resume_count, held: current.held, from: "page" });
-    drawChart();
+  if (!current) return;
+  const sub = current.subscriptions.find((s) => s.name === charted(current));
+  if (sub && (!live.length || live[live.length - 1].t !== data.at)) {
+    live.push({ t: data.at, depth: sub.depth.count, stop: current.thresholds.stop_count,
+                resume: current.thresholds.resume_count, held: current.held, from: "page" });
   }
+  drawChart();
 }
 
 function renderList(where) {
@@ -169,9 +176,8 @@ function renderHome(data) {
 function renderPipeline(graph) {
   const svg = document.getElementById("pipeline");
   const at = Object.fromEntries(graph.nodes.map((n) => [n.name, { x: 10 + n.column * 200, y: 10 + n.row * 80 }]));
-  const height = 30 + 80 * Math.max(1, graph.rows);
-  svg.setAttribute("viewBox", `0 0 ${Math.max(600, 20 + 200 * graph.columns)} ${height}`);
-  svg.setAttribute("height", height);
+  // its height follows its width (the viewBox's shape): the graph is drawn whole, scaled to the panel
+  svg.setAttribute("viewBox", `0 0 ${Math.max(600, 20 + 200 * graph.columns)} ${30 + 80 * Math.max(1, graph.rows)}`);
   document.getElementById("pipeline-note").textContent = (graph.nodes.length ? "" : "no chain, nothing held") +
     (graph.hidden_chains ? `${graph.hidden_chains} more chains that matter (${graph.hidden_queues} queues) ` +
       "not drawn: search or filter the list, select a queue to draw its chain" : "");
