@@ -2,8 +2,9 @@
 operator first, search, filters and pages done by the server; a pipeline graph of the chains that
 matter laid out in layers, as big as a screen whatever the home's size; a refresh that finds
 nothing changed answered ``same``. Served by ``spark-flow serve`` in this process over a home of
-64 queues written by deltalake and real gates (no Spark), in the suite's Chromium. How fast at
-1,000 and 10,000 queues is ``bench/console.py``'s, not a test's."""
+63 queues written by deltalake and real gates (no Spark), in the suite's Chromium; the graph's
+bound from a look of 10,000 queues made in memory. How fast at 1,000 and 10,000 queues is
+``bench/console.py``'s, not a test's."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ from selenium.webdriver.common.by import By
 from support.homes import chain, enqueue, http, look_as_a_producer, make_queue, serving
 from support.pages import rows, shown, wait
 
+from spark_flow.console.graph import MAX_NODES, pipeline_graph
+from spark_flow.ops.view import QueueView
 from spark_flow.records.home import Registry
 
 QUEUES = 60  # and a chain of three: more than a page of 50
@@ -112,3 +115,17 @@ def test_the_page_shows_a_page_and_searches_filters_and_turns_it(browser: Any, h
         browser.find_element(By.CSS_SELECTOR, '#show option[value="held"]').click()
         wait(browser, lambda d: list(rows(d)) == ["queue40"])
         assert browser.find_element(By.CSS_SELECTOR, '#show option[value="held"]').text == "holding producers (9)"
+
+
+def test_the_graph_of_10000_queues_is_a_screen_s_size() -> None:
+    """Laid out from a look of 10,000 queues (1,000 held alone, a chain of three held from its
+    end): the chain first, in three layers, then held queues up to 60 drawn; the rest counted."""
+    names = [f"q{i:05d}" for i in range(10_000)]
+    queues = {name: QueueView(name, f"/q/{name}", held=i % 10 == 0) for i, name in enumerate(names)}
+    edges = [("q00001", "default", "q00002", False), ("q00002", "default", "q00003", True)]
+    queues["q00003"] = QueueView("q00003", "/q/q00003", held=True)
+    graph = pipeline_graph(queues, edges, {"q00003": ["its consumer is not running"]})
+    at = {node["name"]: (node["column"], node["row"]) for node in graph["nodes"]}
+    assert len(at) == MAX_NODES and [at[n] for n in ("q00001", "q00002", "q00003")] == [(0, 0), (1, 0), (2, 0)]
+    assert graph["hidden_chains"] == 1_000 - (MAX_NODES - 3) and graph["hidden_queues"] == graph["hidden_chains"]
+    assert graph["columns"] <= 6 and graph["rows"] <= MAX_NODES // 6 + 1
