@@ -100,11 +100,11 @@ function chartNow(data) {
   const current = data.queues.find((q) => q.name === selected);
   if (!current) return;
   const sub = current.subscriptions.find((s) => s.name === charted(current));
-  if (sub && (!live.length || live[live.length - 1].t !== data.at)) {
+  if (sub && (!live.length || live[live.length - 1].t !== data.at)) {  // a new look: its point, drawn
     live.push({ t: data.at, depth: sub.depth.count, stop: current.thresholds.stop_count,
                 resume: current.thresholds.resume_count, held: current.held, from: "page" });
+    drawChart();
   }
-  drawChart();
 }
 
 function renderList(where) {
@@ -211,7 +211,8 @@ function select(name) {
   document.getElementById("detail-title").textContent = `queue ${name}` + (queue && queue.subscriptions.length > 1
     ? `, subscription ${charted(queue)}` : "");
   loadDetail();
-  if (changed) reload();  // the graph draws the selected queue's chain
+  const drawn = lastData && lastData.graph.nodes.some((n) => n.name === name);
+  if (changed && !drawn) reload();  // the graph draws the selected queue's chain
 }
 
 // The subscription a queue's chart shows: its default one, else its first.
