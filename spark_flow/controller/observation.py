@@ -133,20 +133,32 @@ class ObservationReader(DataSourceStreamReader):
         assert isinstance(partition, ObservePartition)  # made by partitions() above
         yield from partition.rows
         if partition.commands_upto > partition.commands_after:
-            names = dict(Registry(partition.home, partition.storage_options).queues())
-            for command in CommandLog(partition.home, partition.storage_options).read(partition.commands_after, partition.commands_upto):
-                targets = [] if command.command in HOME_COMMANDS else [
-                    n for n in names if n == command.target or pattern_matches(command.target, n)]
-                for queue in targets or [command.target]:
-                    yield _row(kind="command", queue=queue, path=names.get(queue), subscription=COMMANDS_KEY,
-                               observed_at=now_ms(), command_id=command.id, command=command.command,
-                               settings=json.dumps(dict(command.settings)))
+            yield from command_rows(partition.home, partition.storage_options, partition.commands_after,
+                                    partition.commands_upto)
 
     def commit(self, end: Offset) -> None:
         """Nothing to acknowledge: observations are looked at again, commands are kept."""
 
 
 _OBSERVATION_FIELDS = [part.strip().split(" ")[0] for part in OBSERVATION_SCHEMA.split(",")]
+
+
+def command_rows(home: str, storage: Mapping[str, str], after: int, upto: int) -> Iterator[ObservationRow]:
+    """One row per command issued after id ``after`` through ``upto`` and queue it targets (a
+    home's command: one row)."""
+    names = dict(Registry(home, storage).queues())
+    for command in CommandLog(home, storage).read(after, upto):
+        targets = [] if command.command in HOME_COMMANDS else [
+            n for n in names if n == command.target or pattern_matches(command.target, n)]
+        for queue in targets or [command.target]:
+            yield _row(kind="command", queue=queue, path=names.get(queue), subscription=COMMANDS_KEY,
+                       observed_at=now_ms(), command_id=command.id, command=command.command,
+                       settings=json.dumps(dict(command.settings)))
+
+
+def as_observation(row: ObservationRow) -> dict[str, Any]:
+    """An observation (or command) row as the step takes it: a dict of every field."""
+    return dict(zip(_OBSERVATION_FIELDS, row, strict=True))
 
 
 def _row(**values: Any) -> ObservationRow:

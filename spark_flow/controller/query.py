@@ -21,6 +21,7 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from spark_flow.controller.engine_sink import EngineControllerSink
 from spark_flow.controller.observation import FlowControlDataSource
 from spark_flow.controller.sink import ControllerSink
 from spark_flow.controller.step import OUTPUT_SCHEMA, STATE_SCHEMA, FlowStep, step_input
@@ -28,12 +29,13 @@ from spark_flow.exceptions import ConfigurationError
 from spark_flow.flow.queue import open_queue
 from spark_flow.records.home import HOME_CONF, Registry, control_path
 from spark_flow.rules.keys import check_conf, conf_settings
-from spark_flow.rules.names import normalize_path
+from spark_flow.rules.names import is_path, normalize_path
 from spark_flow.rules.storage_options import as_conf
 from spark_flow.rules.units import parse_duration
 from spark_flow.spark.declare import queue_location
 from spark_flow.spark.session import session_flow_conf, session_storage_options, with_conf
 from spark_flow.store.access import check_access
+from spark_flow.store.io import uses_engine
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -49,6 +51,9 @@ log = logging.getLogger("spark_flow.controller.query")
 #: partition, 1.34 with eight; with eight, twice the CPU of two up to 100 queues). A checkpoint
 #: keeps the number it was started with.
 STATE_PARTITIONS = 2
+#: The engine's controller is a foreachBatch of a ``rate`` stream: rows enough that every trigger
+#: of a tenth of a second or more has some, so runs a batch (a look).
+TICKS_PER_SECOND = 10
 
 
 def start_controller(
@@ -72,7 +77,10 @@ def start_controller(
         Queues (paths or catalog names) to register before starting; queues declared with
         ``spark.flow.home`` set are registered already.
     checkpoint_location : str, optional
-        Default ``<home>/_spark_flow/checkpoints/controller``: a restart goes on from there.
+        Default ``<home>/_spark_flow/checkpoints/controller``: a restart goes on from there. A
+        schema home has no folder for it: give a path (a volume's). Where the engine reads the
+        home (governed compute), the controller looks at the queues through this session
+        (:mod:`spark_flow.controller.engine_sink`).
     trigger : str or mapping
         How often the controller looks at every queue (a processing-time interval), or
         ``DataStreamWriter.trigger`` keywords: ``{"availableNow": True}`` looks once and stops,
@@ -99,13 +107,20 @@ def start_controller(
     for queue in queues:
         handle = open_queue(queue_location(spark, queue), storage)
         registry.register(handle.name, handle.path)
-    spark.dataSource.register(FlowControlDataSource)
-    observations = spark.readStream.format("flowcontrol").option("home", home).options(**as_conf(storage)).load()
-    steps = step_input(observations).groupBy("queue", "subscription").applyInPandasWithState(
-        FlowStep(forget_ms), OUTPUT_SCHEMA, STATE_SCHEMA, "Update", GroupStateTimeout.ProcessingTimeTimeout)
+    if not (checkpoint_location or is_path(home)):
+        raise ConfigurationError("checkpoint_location", checkpoint_location,
+                                 f"a path (a volume's, on Databricks): home {home} is a schema, with no folder for it")
     checkpoint = checkpoint_location or control_path(home, "checkpoints/controller")
-    writer = (steps.writeStream.outputMode("update").foreachBatch(ControllerSink(home, query_name, storage))
-              .queryName(query_name).option("checkpointLocation", checkpoint)
+    if uses_engine(home, storage):  # the queues are looked at here, through the session
+        ticks = spark.readStream.format("rate").option("rowsPerSecond", TICKS_PER_SECOND).load()
+        writer = ticks.writeStream.foreachBatch(EngineControllerSink(home, query_name, storage, forget_ms))
+    else:
+        spark.dataSource.register(FlowControlDataSource)
+        observations = spark.readStream.format("flowcontrol").option("home", home).options(**as_conf(storage)).load()
+        steps = step_input(observations).groupBy("queue", "subscription").applyInPandasWithState(
+            FlowStep(forget_ms), OUTPUT_SCHEMA, STATE_SCHEMA, "Update", GroupStateTimeout.ProcessingTimeTimeout)
+        writer = steps.writeStream.outputMode("update").foreachBatch(ControllerSink(home, query_name, storage))
+    writer = (writer.queryName(query_name).option("checkpointLocation", checkpoint)
               .trigger(**({"processingTime": trigger} if isinstance(trigger, str) else trigger)))
     with with_conf(spark, {"spark.sql.shuffle.partitions": str(STATE_PARTITIONS)}):  # Spark copies it at the start
         return writer.start()

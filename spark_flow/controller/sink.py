@@ -28,7 +28,7 @@ from spark_flow.rules.settings import queue_settings
 from spark_flow.spark.session import streaming_query
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger("spark_flow.controller.query")
 
@@ -45,8 +45,12 @@ class ControllerSink:
         self._home_shown = False  # whether this controller wrote the home's status row
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        rows = step_rows(batch.toArrow())
-        query = streaming_query(batch.sparkSession, self.query_name)
+        self.write(batch.sparkSession, step_rows(batch.toArrow()), batch_id)
+
+    def write(self, spark: SparkSession, rows: list[dict[str, Any]], batch_id: int) -> None:
+        """Apply, record and write what one micro-batch's step gave (rows of
+        :data:`~spark_flow.controller.step.ROW_SCHEMA`)."""
+        query = streaming_query(spark, self.query_name)
         query_id = query.id if query is not None else self.query_name
         history = []
         for row in sorted((r for r in rows if r["kind"] == "command"), key=lambda r: r["command_id"]):

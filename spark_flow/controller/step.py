@@ -79,13 +79,11 @@ class FlowStep:
         queue, subscription = key
         if state.hasTimedOut:
             state.remove()
-            yield _frame([{"kind": "gone", "queue": queue, "subscription": subscription,
-                           "time": state.getCurrentProcessingTimeMs()}])
+            yield _frame([gone(queue, subscription, state.getCurrentProcessingTimeMs())])
             return
         observed = [json.loads(text) for frame in frames for text in frame[OBSERVATION].tolist()]
         if subscription == COMMANDS_KEY:
-            commands = sorted(observed, key=lambda row: row["command_id"])
-            yield _frame([{**row, "kind": "command", "time": row["observed_at"]} for row in commands])
+            yield _frame(commands(observed))
             return
         obs = sorted(observed, key=lambda row: row["observed_at"])[-1]
         before = ControllerState(*state.get) if state.exists else None
@@ -93,6 +91,22 @@ class FlowStep:
         state.update(after)
         state.setTimeoutDuration(self.forget_after_ms)
         yield _frame(rows)
+
+
+def gone(queue: str, subscription: str, now: int) -> dict[str, Any]:
+    """The row of a queue or subscription not observed for ``forget_after``: its status row goes."""
+    return {"kind": "gone", "queue": queue, "subscription": subscription, "time": now}
+
+
+def commands(observed: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The command rows of a batch, in the order they were issued."""
+    return [{**row, "kind": "command", "time": row["observed_at"]}
+            for row in sorted(observed, key=lambda row: row["command_id"])]
+
+
+def as_row(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A row of the step's output with every field of :data:`ROW_SCHEMA` (None where it has none)."""
+    return {name: row.get(name) for name in _ROW_FIELDS}
 
 
 def step(before: ControllerState | None, obs: Mapping[str, Any]) -> tuple[ControllerState, list[dict[str, Any]]]:
@@ -190,7 +204,7 @@ def _frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     import pandas as pd
 
     values = np.empty((len(rows), 1), dtype=object)
-    values[:, 0] = [json.dumps({name: row.get(name) for name in _ROW_FIELDS}).encode() for row in rows]
+    values[:, 0] = [json.dumps(as_row(row)).encode() for row in rows]
     return pd.DataFrame(values, columns=_columns(), copy=False)
 
 

@@ -8,7 +8,9 @@ import pytest
 from pyspark.sql import SparkSession
 from support.docs import python_blocks
 from support.stores import IO_SCHEMA, Io
+from support.streams import wait_until
 
+from spark_flow.controller.query import start_controller
 from spark_flow.exceptions import ConfigurationError
 from spark_flow.ops.admin import FlowAdmin
 from spark_flow.records.home import HOME_CONF
@@ -87,3 +89,34 @@ def test_a_queue_whose_state_tables_would_be_another_queues_is_refused(spark: Sp
     with pytest.raises(ConfigurationError, match=r"queue='flow_io_events'.*queue 'flow_io\.events''s"):
         declare(spark, str(clash), SCHEMA)
     assert not clash.exists()
+
+
+@pytest.mark.parametrize("io", ["engine"], indirect=True)
+def test_the_controller_of_a_schema_home_looks_through_the_engine(spark: SparkSession, io: Io) -> None:
+    """Governed compute's controller (on main its looks ran in a Python worker, which has no
+    session and, there, no credentials): a queue by name filled over its stop (no producer
+    looks) is stopped by the controller and shown held in the status table; acknowledged, it is
+    resumed by the controller, and both are in the queue's history; a schema home's controller
+    needs a checkpoint path."""
+    queue = io.queue("events")
+    declare(spark, queue, SCHEMA, settings={"stopCount": 5, "resumeCount": 2})
+    spark.range(8).selectExpr("id", "'p' AS producer").write.format("delta").mode("append").saveAsTable(queue)
+    with pytest.raises(ConfigurationError, match="checkpoint_location"):
+        start_controller(spark)
+    controller = start_controller(spark, checkpoint_location=str(io.base / "volume" / "controller"), trigger="500 milliseconds")
+    try:
+        admin = FlowAdmin(IO_SCHEMA, {IO_OPTION: "engine"})
+
+        def shown() -> dict[str, object]:
+            rows = admin.status(queue).to_dict("records")
+            return rows[0] if rows else {}
+
+        wait_until(lambda: shown().get("depth_count") == 8 and shown().get("flow_stopped") is True, 120)
+        handle = admin.queue(queue)
+        handle.acknowledge("default", handle.refresh())
+        wait_until(lambda: shown().get("flow_stopped") is False, 120)
+    finally:
+        controller.stop()
+    assert [(row["flow_stopped"], row["flow_stopped_count"]) for row in handle.history.read()] == [
+        (True, 1), (False, 1)]
+    assert shown()["depth_count"] == 0

@@ -1,0 +1,67 @@
+"""The controller where only the engine reaches the storage (governed compute: Unity Catalog's
+credentials are the JVM's). Its observations cannot come from the ``flowcontrol`` source, whose
+looks run in a Python worker that has no session and no credentials, so this controller is a
+foreachBatch of a ``rate`` stream, a tick a trigger: in its batch it looks at the home's queues
+itself through the session (as gates do), steps each subscription's machine (the same pure
+:func:`~spark_flow.controller.step.step`), and writes as :class:`ControllerSink` does.
+
+Its machines' state is kept in memory, not in a checkpoint: a restarted controller adopts the
+flow state the subscriptions table records (the one record gates follow, so no stop is counted
+twice), and its stall clocks and held-since times start again. Operator commands are applied
+by their issuers at once; this controller applies those issued while it runs again, by id
+(nothing changes), and records them in the history.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from spark_flow.controller.observation import as_observation, command_rows, observe
+from spark_flow.controller.sink import ControllerSink
+from spark_flow.controller.step import ControllerState, as_row, commands, gone, step
+from spark_flow.records.commands import CommandLog
+from spark_flow.records.home import Registry
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+
+class EngineControllerSink:
+    """foreachBatch of the engine's controller (see the module's docstring): ``forget_after_ms``
+    without an observation removes a queue's or subscription's status row."""
+
+    def __init__(self, home: str, query_name: str, storage_options: Mapping[str, str], forget_after_ms: int) -> None:
+        self.home = home
+        self.storage_options = dict(storage_options)
+        self.forget_after_ms = forget_after_ms
+        self.sink = ControllerSink(home, query_name, storage_options)
+        self.machines: dict[tuple[str, str], tuple[ControllerState, int]] = {}  # key -> state, when last observed
+        self.commands_after: int | None = None  # the newest command id taken; None before the first batch
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        now = int(time.time() * 1000)
+        rows: list[dict[str, Any]] = []
+        for observed in map(as_observation, observe(Registry(self.home, self.storage_options).queues(),
+                                                    self.storage_options)):
+            key = (observed["queue"], observed["subscription"])
+            before = self.machines.get(key)
+            after, stepped = step(before[0] if before else None, observed)
+            self.machines[key] = (after, now)
+            rows += stepped
+        for key, (_state, seen) in list(self.machines.items()):
+            if now - seen >= self.forget_after_ms:
+                del self.machines[key]
+                rows.append(gone(*key, now))
+        rows += commands(self._commands())
+        self.sink.write(batch.sparkSession, [as_row(row) for row in rows], batch_id)
+
+    def _commands(self) -> list[dict[str, Any]]:
+        """The commands issued since the last batch (none before the first: their issuers applied them)."""
+        log = CommandLog(self.home, self.storage_options)
+        latest = log.latest()
+        after, self.commands_after = self.commands_after, latest
+        if after is None or latest <= after:
+            return []
+        return [as_observation(row) for row in command_rows(self.home, self.storage_options, after, latest)]
