@@ -69,6 +69,7 @@ bench: $(STAMP)
 	$(VENV)/bin/python bench/publish_rate.py
 	$(VENV)/bin/python bench/controller.py
 	$(VENV)/bin/python bench/scrape.py
+	$(VENV)/bin/python bench/console.py
 	$(VENV)/bin/python bench/engine.py
 
 clean:

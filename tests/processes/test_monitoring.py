@@ -172,7 +172,7 @@ def test_a_stop_producers_action_in_the_console_holds_a_running_producer(pipelin
         click(browser, 'tr.queue[data-queue="events"] td.name')
         wait(browser, lambda d: d.find_elements("css selector", "#chart rect.held"))
         assert {"held"} <= shown(browser, "#pipeline g.node")["paced"]["classes"]
-        screenshot = os.environ.get("SPARK_FLOW_CONSOLE_SCREENSHOT")  # docs/console.png is made so
+        screenshot = os.environ.get("SPARK_FLOW_CONSOLE_SCREENSHOT")  # this pipeline's page, on request (docs/console.png: bench/console.py)
         path = Path(pipeline["base"]) / "console.png"
         browser.save_screenshot(str(path))
         assert path.read_bytes()[:4] == b"\x89PNG"
