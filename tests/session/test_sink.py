@@ -422,7 +422,7 @@ def test_batch_to_several_queues_is_held_until_every_one_is_off(spark: SparkSess
         offs[path] = history[1]["time"]
         assert not sink.last[path].flow_stopped
     assert returned >= max(offs.values()), "the batch completed only once every destination was OFF"
-    assert sink.last[b].held_seconds >= 0.5
+    assert sink.last[b].held_seconds > 0, "B held the batch too"
 
 
 def test_route_column_missing_raises(spark: SparkSession, tmp_path: Path) -> None:
