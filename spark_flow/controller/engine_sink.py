@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from spark_flow.controller.observation import as_observation, command_rows, observe
@@ -40,11 +41,21 @@ class EngineControllerSink:
         self.machines: dict[tuple[str, str], tuple[ControllerState, int]] = {}  # key -> state, when last observed
         self.commands_after: int | None = None  # the newest command id taken; None before the first batch
 
+    @cached_property
+    def registry(self) -> Registry:
+        """The home's registry, opened at the first batch (where the function runs: a Connect
+        server's worker) and kept: it reads its rows again only when they changed."""
+        return Registry(self.home, self.storage_options)
+
+    @cached_property
+    def command_log(self) -> CommandLog:
+        """The home's commands, opened at the first batch and kept."""
+        return CommandLog(self.home, self.storage_options)
+
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         now = int(time.time() * 1000)
         rows: list[dict[str, Any]] = []
-        for observed in map(as_observation, observe(Registry(self.home, self.storage_options).queues(),
-                                                    self.storage_options)):
+        for observed in map(as_observation, observe(self.registry.queues(), self.storage_options)):
             key = (observed["queue"], observed["subscription"])
             before = self.machines.get(key)
             after, stepped = step(before[0] if before else None, observed)
@@ -59,8 +70,7 @@ class EngineControllerSink:
 
     def _commands(self) -> list[dict[str, Any]]:
         """The commands issued since the last batch (none before the first: their issuers applied them)."""
-        log = CommandLog(self.home, self.storage_options)
-        latest = log.latest()
+        latest = self.command_log.latest()
         after, self.commands_after = self.commands_after, latest
         if after is None or latest <= after:
             return []
