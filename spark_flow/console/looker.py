@@ -1,17 +1,16 @@
 """When ``spark-flow serve`` reads its home: one look at a time, shared by the requests that wait
 for it, and paced so an open page or a scrape costs the server the same at any home size.
 
-A console page asks every 2 s; a look of 10,000 queues takes seconds, so the page is answered
-from the newest look while the next is read in the background, and a new look starts only once
-the newest is older than the refresh and than :data:`PACE` times a look's length (the process's
-first look, which opens every table, is not counted). Looks then take at most a fifth of the
-server's time however many pages are open, and a page says when its figures were read. A scrape
-asks for the home as it is now (a look that began after it asked, or the one under way) while
-a look takes at most :data:`WAIT_FOR_LOOK`; a bigger home's scrape gets the newest look, saying
-how old it is, and starts the next in the background (so each scrape shows the home as it was at
-the scrape before, or later, as a scrape waiting for its look would at the same cost); and a
-scrape never waits past its timeout: serve's first look of a big home can take longer than
-Prometheus waits. A look fails as the home does: the newest
+A console page asks every 2 s; a look of 10,000 queues takes seconds, so a new look starts only
+once the newest is older than the refresh and than :data:`PACE` times a look's length (the
+process's first look, which opens every table, is not counted); looks then take at most a fifth
+of the server's time however many pages are open, and a page says when its figures were read.
+A page with a stale look, and every scrape, asks for the home as it is now (a look that began
+after it asked, or the one under way) while a look takes at most :data:`WAIT_FOR_LOOK`; a bigger
+home's asker gets the newest look, saying how old it is, and starts the next in the background
+(so each scrape shows the home as it was at the scrape before, or later, as a scrape waiting for
+its look would at the same cost); and a scrape never waits past its timeout: serve's first look
+of a big home can take longer than Prometheus waits. A look fails as the home does: the newest
 failure, if newer than the newest look, is raised to every asker.
 """
 
@@ -41,7 +40,8 @@ Look = tuple[float, HomeView, float]
 
 class Looker:
     """The reader of one home's tables (a table handle is shared by the process and not made
-    for two threads at once: :attr:`lock` is held while anything reads or writes through one)."""
+    for two threads at once: :attr:`lock` is held while anything reads or writes through one,
+    never while asking for a look, which may wait for the background's)."""
 
     def __init__(self, home: str, storage_options: Mapping[str, str]) -> None:
         self.home, self.storage_options = home, storage_options
@@ -56,32 +56,38 @@ class Looker:
     def for_scrape(self, budget: float) -> tuple[HomeView, float, float] | None:
         """The look a scrape serves, how long it took and how long ago it began (see the module's
         docstring); None if none has ended within ``budget`` seconds (serve's first look of a
-        big home), the newest if a look of its own did not."""
+        big home)."""
+        looked = self._current(budget)
+        if looked is None:
+            return None
+        began, view, took = looked
+        return view, took, time.monotonic() - began
+
+    def recent(self) -> Look:
+        """The look a console page shows: the newest while it is fresh, else as a scrape's
+        (:meth:`for_scrape`, however long the first look takes)."""
         with self._state:
-            typical = self._typical
+            last, typical = self._last, self._typical or 0.0
+            fresh = last is not None and time.monotonic() - last[0] <= max(FRESH, (PACE + 1) * typical)
+        looked = self._newest() if fresh else self._current(None)
+        assert looked is not None, "a look ended"
+        return looked
+
+    def _current(self, budget: float | None) -> Look | None:
+        """While a look takes at most :data:`WAIT_FOR_LOOK` (or none has been timed yet): a look
+        that began when this was asked, or the one then under way, or None if none ends within
+        ``budget`` seconds (None: however long); else the newest, the next started in the background."""
+        with self._state:
+            quick = self._typical is None or self._typical <= WAIT_FOR_LOOK
             since = min(time.monotonic(), self._reading if self._reading is not None else float("inf"))
-        if typical is not None and typical > WAIT_FOR_LOOK:  # the newest, and a look for the next scrape
-            self.start()
-            began, view, took = self._newest()
-        else:
-            self.start()
+        self.start()
+        if quick:
             with self._state:
                 self._state.wait_for(lambda: (self._last is not None and self._last[0] >= since)
                                      or (self._failed is not None and self._failed[0] >= since), budget)
                 if self._last is None and self._failed is None:
                     return None
-            began, view, took = self._newest()
-        return view, took, time.monotonic() - began
-
-    def recent(self) -> Look:
-        """The newest look, for a console page (the first one waited for), a new one started in
-        the background when it is stale (see the module's docstring)."""
-        with self._state:
-            last, typical = self._last, self._typical or 0.0
-            stale = last is None or time.monotonic() - last[0] > max(FRESH, (PACE + 1) * typical)
-        if stale:
-            self.start()
-        return self._newest() if last is not None else self._look(float("-inf"))
+        return self._newest()
 
     def _newest(self) -> Look:
         """The newest look; its failure if a newer look failed."""
@@ -103,18 +109,14 @@ class Looker:
 
     def _quietly(self) -> None:
         try:
-            self._look(time.monotonic())
+            self._look()
         except Exception as error:  # said to the next asker, and in the log
             log.warning("cannot read %s: %s", self.home, one_line(error))
 
-    def _look(self, since: float) -> Look:
-        """A look that began at ``since`` or later: the newest if it did, else a new one."""
+    def _look(self) -> None:
+        """Read the home now."""
         with self.lock:
             with self._state:
-                if self._last is not None and self._last[0] >= since:
-                    return self._last
-                if self._failed is not None and self._failed[0] >= since:
-                    raise self._failed[1]
                 began = self._reading = time.monotonic()
             try:
                 view = look(self.home, self.storage_options)
@@ -128,4 +130,3 @@ class Looker:
                     self._typical = time.monotonic() - began
                 self._last, self._reading = (began, view, time.monotonic() - began), None
                 self._state.notify_all()
-                return self._last

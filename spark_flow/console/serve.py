@@ -198,8 +198,8 @@ class _Handler(BaseHTTPRequestHandler):
                 answer = self.server.overview().answer(list_query(query), query.get("selected"), query.get("seen", ""))
                 return self._json(HTTPStatus.OK, {**answer, "token_needed": self._token_needed()})
             if url.path == "/api/chart":
+                _, view, _ = self.server.looker.recent()
                 with self.server.looker.lock:
-                    _, view, _ = self.server.looker.recent()
                     answer = chart(self.server.admin, view, query.get("queue", ""), query.get("subscription"))
                 return self._json(HTTPStatus.OK, answer)
             if url.path == "/api/why":

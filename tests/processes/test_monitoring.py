@@ -156,8 +156,8 @@ def test_a_stop_producers_action_in_the_console_holds_a_running_producer(pipelin
     before = paced.refresh()
     wait_until(lambda: paced.refresh() > before, 60)  # it runs
     browser.get(pipeline["url"])
-    table = wait(browser, lambda d: rows(d) if len(rows(d)) == 2 else None)
-    assert "held" in table["events"]["classes"] and table["paced"]["cells"][5] == "flowing"
+    wait(browser, lambda d: len(table := rows(d)) == 2 and "held" in table["events"]["classes"]
+         and table["paced"]["cells"][5] == "flowing")
     click(browser, 'button.action[data-action="stop-producers"][data-queue="paced"]')
     browser.find_element("id", "confirm-yes").click()
     wait(browser, lambda d: d.find_element("id", "message").text.startswith("command "))

@@ -6,10 +6,14 @@ timeout rather than leaving Prometheus' default implied. How fast a scrape is at
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import pytest
 import yaml
-from support.homes import home_of_one_queue, http, serving
+from support.homes import enqueue, home_of_one_queue, http, look_as_a_producer, make_queue, serving
+
+from spark_flow.console import looker
 
 PROMETHEUS_YML = Path(__file__).resolve().parents[2] / "monitoring" / "prometheus.yml"
 
@@ -26,6 +30,26 @@ def test_a_scrape_answers_within_its_timeout_while_no_look_can_end(tmp_path: Pat
         assert "spark_flow_depth_messages" not in text and "spark_flow_home_up" not in text
         status, text = http(f"{server.url}metrics", headers={"X-Prometheus-Scrape-Timeout-Seconds": "10"})
         assert status == 200 and f'spark_flow_depth_messages{{home="{home}",queue="events",subscription="default"}} 8.0' in text
+
+
+def test_a_page_asking_once_its_look_is_stale_sees_the_home_as_it_is_now(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A small home's looks are short: a page whose look went stale (here at once) waits for a
+    look of its own, as a scrape does, instead of being shown the stale one (CI: a console opened
+    after its queue was held showed it flowing, as ``serve`` read it at start)."""
+    monkeypatch.setattr(looker, "FRESH", 0.0)
+    home = str(tmp_path / "home")
+    queue = make_queue(home, "events", {"stopCount": 5})
+    with serving(home) as server:
+        def held() -> bool:
+            status, text = http(f"{server.url}api/overview")
+            assert status == 200, text
+            return bool(json.loads(text)["queues"][0]["held"])
+
+        assert not held()
+        enqueue(queue, 8)
+        look_as_a_producer(queue)
+        assert held()
 
 
 def test_the_shipped_prometheus_yml_says_its_scrape_timeout() -> None:

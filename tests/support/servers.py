@@ -50,6 +50,15 @@ def _listening(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
+def _answers(url: str) -> bool:
+    """True if ``url`` answers 200."""
+    try:
+        with urlopen(url, timeout=5) as response:
+            return bool(response.status == 200)
+    except OSError:  # refused, or an HTTP error (URLError and HTTPError are OSErrors)
+        return False
+
+
 @contextmanager
 def _server(command: list[str], port: int, log: Path, what: str, timeout: float, stop_timeout: float = 30,
             cwd: Path = ROOT, ready: Callable[[], bool] = lambda: True, **popen: object) -> Iterator[None]:
@@ -423,8 +432,10 @@ def prometheus_server(targets: list[str], work: Path, scrape_interval: str = "1s
     }))  # JSON is YAML
     command = [str(PROMETHEUS), f"--config.file={config}", f"--storage.tsdb.path={work / 'data'}",
                f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"]
-    with _server(command, port, work / "prometheus.log", "the Prometheus server", timeout, stop_timeout=10):
-        yield f"http://127.0.0.1:{port}"
+    url = f"http://127.0.0.1:{port}"
+    with _server(command, port, work / "prometheus.log", "the Prometheus server", timeout, stop_timeout=10,
+                 ready=lambda: _answers(f"{url}/-/ready")):  # it listens before it answers (503 until then)
+        yield url
 
 
 @dataclass(frozen=True)
