@@ -1,6 +1,7 @@
-"""Flow control under a bursty producer: no control vs Spark's static rate limit vs spark-flow.
+"""Flow control under a bursty producer: no control vs Spark's static rate limit vs spark-flow,
+on/off and paced.
 
-One deterministic workload, run three times in one Spark session, one variant after the other:
+One deterministic workload, run four times in one Spark session, one variant after the other:
 
 - a feeder appends ``--bursts`` bursts of ``--burst-rows`` rows to a Delta *source* table, one
   burst every ``--period`` seconds (``--rows-per-file`` rows per Parquet file, ``event_time`` =
@@ -16,6 +17,7 @@ Variants:
 - ``rate_limit``: the same with ``maxFilesPerTrigger`` on the producer's source, tuned to the
   consumer's mean rate as measured in ``no_control`` (Spark's static answer to a slow consumer).
 - ``spark_flow``: ``QueueSink`` with ``capacity``, queue with ``stopCount`` / ``resumeCount``.
+- ``spark_flow_paced``: the same, the queue declared with ``pacing`` (admitted at the drain rate).
 
 Every ~0.5 s the run samples: rows fed to the source, rows written to the queue (from its Delta
 log), rows the consumer has written out, and ``Queue.depths()``. Reported per variant:
@@ -61,7 +63,7 @@ from spark_flow import Queue, QueueSink, declare, get_spark, read_queue
 BODY_BYTES = 100
 MESSAGE_BYTES = 8 + 8 + BODY_BYTES  # id BIGINT, event_time TIMESTAMP, body STRING (as the sink sizes it)
 SCHEMA = "id BIGINT, event_time TIMESTAMP, body STRING"
-VARIANTS = ("no_control", "rate_limit", "spark_flow")
+VARIANTS = ("no_control", "rate_limit", "spark_flow", "spark_flow_paced")
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -142,31 +144,32 @@ def total_written(ledger: Any) -> tuple[int, float | None]:
 def run_variant(spark: SparkSession, name: str, base: Path, args: argparse.Namespace,
                 files_per_trigger: int | None) -> dict[str, Any]:
     """Run one variant end to end; return its samples and summary."""
-    from deltalake import DeltaTable
-
     from spark_flow.store.ledger import Ledger
+    from spark_flow.store.table import open_table
 
     root = base / name
     source, queue_path, output = str(root / "source"), str(root / "queue"), str(root / "output")
     spark.createDataFrame([], SCHEMA).write.format("delta").save(source)
-    settings = ({"stopCount": args.stop, "resumeCount": args.resume} if name == "spark_flow" else {})
+    flow = name.startswith("spark_flow")
+    settings = ({"stopCount": args.stop, "resumeCount": args.resume, "pacing": name == "spark_flow_paced"}
+                if flow else {})
     declare(spark, queue_path, SCHEMA, settings=settings)
     reader = spark.readStream.format("delta")
     if files_per_trigger is not None:
         reader = reader.option("maxFilesPerTrigger", files_per_trigger)
     stream = reader.load(source)
-    if name == "spark_flow":
+    if flow:
         writer = stream.writeStream.foreachBatch(QueueSink(queue_path, options={"capacity": args.capacity}))
     else:
         writer = stream.writeStream.format("delta")
     producer = (writer.option("checkpointLocation", str(root / "cp_producer")).queryName(f"{name}_producer")
-                .trigger(processingTime="1 second").start(*([] if name == "spark_flow" else [queue_path])))
+                .trigger(processingTime="1 second").start(*([] if flow else [queue_path])))
     consumer_fn = Consumer(output, args.row_cost_ms / 1000)
     consumer = (read_queue(spark, queue_path, maxRecordsPerTrigger=args.consumer_batch).writeStream
                 .foreachBatch(consumer_fn).option("checkpointLocation", str(root / "cp_consumer"))
                 .queryName(f"{name}_consumer").trigger(processingTime="250 milliseconds").start())
     time.sleep(3)  # both queries started and idle before the first burst
-    ledger = Ledger(DeltaTable(queue_path))
+    ledger = Ledger(open_table(queue_path))
     watcher = Queue(queue_path)
     total = args.bursts * args.burst_rows
     start = time.time() + 0.5
@@ -246,7 +249,7 @@ def summarize(name: str, samples: list[Sample], consumer: Consumer, start: float
         "latency_ms": {f"p{q}": round(percentile(consumer.latencies_ms, q) or 0) for q in (50, 95, 99)},
         "consumer_batches": consumer.batches,
     }
-    if name == "spark_flow":
+    if name.startswith("spark_flow"):
         held = [s for s in samples if s.flow_stopped]
         summary.update({"depth_max_size": max((s.depth_size for s in samples), default=0),
                         "samples_producer_held": len(held),
@@ -262,16 +265,17 @@ def summarize(name: str, samples: list[Sample], consumer: Consumer, start: float
 
 
 def plot(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> Figure:
-    """Backlog over time of the three variants, with the stop threshold and the stop + capacity bound."""
+    """Backlog over time of the variants, with the stop threshold and the stop + capacity bound."""
     fig, ax = figure()
-    colors = {"no_control": "tab:red", "rate_limit": "tab:orange", "spark_flow": "tab:blue"}
+    colors = {"no_control": "tab:red", "rate_limit": "tab:orange", "spark_flow": "tab:blue",
+              "spark_flow_paced": "tab:green"}
     for name, result in results.items():
         samples = result["samples"]
         ax.plot([s["t"] for s in samples], [s["written"] - s["consumed"] for s in samples],
                 color=colors[name], label=f"{name} backlog")
-        if name == "spark_flow":
+        if name.startswith("spark_flow"):
             ax.plot([s["t"] for s in samples], [s["depth_count"] for s in samples], color=colors[name],
-                    linestyle=":", label="spark_flow Queue.depths()")
+                    linestyle=":", label=f"{name} Queue.depths()")
     ax.axhline(args.stop, color="gray", linestyle="--", label=f"stopCount {args.stop}")
     ax.axhline(args.stop + args.capacity, color="black", linestyle="--",
                label=f"stop + capacity {args.stop + args.capacity}")

@@ -12,7 +12,8 @@ producers are flow-controlled at all (policy ``flow``, ``producerFlowControl``).
 The sink asks the gate, in order: whether a batch is refused before anything is written
 (:meth:`Gate.refuse`: ``ring-strict``, ``onFull`` reject), how many messages it may write now
 (:meth:`Gate.admit`: the capacity window, Qpid's, within one second of the producer's publish
-rate), when each write may start (:meth:`Gate.throttle`: the publish rate, Pulsar's), to make
+rate and half the band of a paced queue), when each write may start (:meth:`Gate.throttle`: the
+publish rate, Pulsar's, and a paced queue's pace, :mod:`spark_flow.rules.pace`), to make
 room in a ring (:meth:`Gate.make_room`), and whether the batch may complete
 (:meth:`Gate.complete`: ``onFull`` hold).
 """
@@ -23,7 +24,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from spark_flow.exceptions import HoldInterruptedError, QueueFullError, QueueFullTimeoutError
 from spark_flow.flow.expiry import expire
@@ -32,6 +33,7 @@ from spark_flow.flow.queue import Queue
 from spark_flow.flow.ring import discard_oldest
 from spark_flow.rules.depth import Depth
 from spark_flow.rules.flow_state import FlowState, Thresholds, producers_held
+from spark_flow.rules.pace import DrainMeter, Pace, chunk
 from spark_flow.rules.publish_rate import PublishRateLimiter
 from spark_flow.rules.settings import ProducerSettings, QueueSettings
 
@@ -42,14 +44,16 @@ _FIRST_POLL = 0.05
 
 @dataclass(frozen=True)
 class GateStatus:
-    """What a gate saw: the queue's settings, depth and flow state per subscription, and its
-    home's (None: the queue has no home, or its producers are not flow-controlled)."""
+    """What a gate saw: the queue's settings, depth and flow state per subscription, its
+    home's (None: the queue has no home, or its producers are not flow-controlled) and, for a
+    paced queue, the pace in force for this producer."""
 
     queue: str
     settings: QueueSettings
     depths: Mapping[str, Depth]
     states: Mapping[str, FlowState] = field(default_factory=dict)
     home: HomeStatus | None = None
+    pace: Pace | None = None
 
     @property
     def held(self) -> bool:
@@ -93,13 +97,19 @@ class Gate:
         self.producer = producer or ProducerSettings()
         self.home = open_home(queue.home, queue.storage_options) if queue.home else None
         self.publish_rate = PublishRateLimiter(self.producer.msg_publish_rate, self.producer.byte_publish_rate)
+        self.drain = DrainMeter()
+        self._seen: int | None = None  # the queue's version at the last look: what arrived since is new
+        self._paced: tuple[float, int] = (-math.inf, 0)  # when the last paced write started, its messages
 
-    def step(self) -> GateStatus:
+    def step(self, producer: str | None = None) -> GateStatus:
         """Look at the queue now: depth per subscription, state machine stepped and recorded;
-        then at its home, if it has one and the queue's producers are flow-controlled."""
+        then at its home, if it has one and the queue's producers are flow-controlled; for a
+        paced queue, the drain measured and the pace in force for ``producer``."""
         queue = self.queue
-        queue.refresh()
+        latest = queue.refresh()
         settings = queue.settings()
+        arrived = queue.ledger.commits(self._seen, latest) if self._seen is not None and settings.pacing else []
+        self._seen = latest if settings.pacing else None
         expire(queue, settings)  # an expired message holds nobody
         home = self.home.step() if self.home is not None and settings.flow_controlled else None
         while True:
@@ -111,7 +121,14 @@ class Gate:
                     break  # another process recorded a transition first: look again
                 states[sub.name] = row.flow_state
             else:
-                return GateStatus(queue.name, settings, {sub.name: depth for sub, depth in backlog}, states, home)
+                status = GateStatus(queue.name, settings, {sub.name: depth for sub, depth in backlog}, states, home)
+                break
+        if not settings.pacing:
+            return status
+        depth_count = status.depth.count
+        self.drain.look(time.monotonic(), depth_count, sum(c.count for c in arrived),
+                        [c.producer for c in arrived if c.producer])
+        return replace(status, pace=self.drain.pace(settings.thresholds, depth_count, producer))
 
     def refuse(self, batch: Depth, is_active: Callable[[], bool]) -> float:
         """Before a batch's first write: raise if this queue refuses it, so a refused batch is in
@@ -153,18 +170,46 @@ class Gate:
                                                "the rest of the batch is enqueued when the query restarts")
             settings = status.settings
         window = self.producer.capacity if self._limited(settings) else math.inf
+        if settings.pacing:
+            window = min(window, chunk(settings.thresholds))
         return held, min(window, self.publish_rate.window(batch.count, batch.size))
 
-    def throttle(self, write: Depth, is_active: Callable[[], bool]) -> float:
+    def throttle(self, write: Depth, is_active: Callable[[], bool], producer: str | None = None) -> float:
         """Wait until the producer's publish rate lets it start a write of ``write``'s messages
-        and bytes (the writes before it paid for). Returns the seconds throttled. Raises
-        :class:`HoldInterruptedError` when the query is stopped while throttled."""
+        and bytes (the writes before it paid for), and then, into a paced queue, its pace
+        (:meth:`pace`). Returns the seconds throttled. Raises :class:`HoldInterruptedError`
+        when the query is stopped while throttled."""
         throttled, go = self.publish_rate.acquire(write.count, write.size, is_active)
+        if go and self.queue.settings().pacing:
+            paced, go = self.pace(write.count, is_active, producer)
+            throttled += paced
         if not go:
-            raise HoldInterruptedError(f"query stopped while throttled by its publish rate into queue "
+            raise HoldInterruptedError(f"query stopped while throttled by its publish rate or pace into queue "
                                        f"{self.queue.name!r}; the rest of the batch is enqueued when the query "
                                        "restarts")
         return throttled
+
+    def pace(self, count: int, is_active: Callable[[], bool], producer: str | None = None) -> tuple[float, bool]:
+        """Wait until a write of ``count`` messages may start into a paced queue: once the write
+        before it is paid for at ``producer``'s share of the pace now in force, looking at the
+        queue again at least every ``pollInterval`` (a pace of 0, with the depth at its target
+        and nothing drained, waits for the consumer). Returns the seconds waited, and False if
+        ``is_active()`` turned False meanwhile."""
+        started = time.monotonic()
+        last_start, last_count = self._paced
+        while True:
+            status = self.step(producer)
+            if status.pace is None:  # pacing was switched off meanwhile
+                break
+            share, now = status.pace.share, time.monotonic()
+            due = last_start + last_count / share if share > 0 else math.inf
+            if now >= due:
+                break
+            if not is_active():
+                return now - started, False
+            time.sleep(min(due - now, self.producer.poll_interval))
+        self._paced = (time.monotonic(), count)
+        return self._paced[0] - started, True
 
     def _limited(self, settings: QueueSettings) -> bool:
         """Whether any limit applies to the producers (so they write in capacity windows): the

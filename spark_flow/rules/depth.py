@@ -84,7 +84,7 @@ class Position:
 class Commit:
     """One commit of a queue table: its version, time (ms since epoch) and what it enqueued.
 
-    A sink's commit also says which streaming query and micro-batch wrote it, and how long that
+    A sink's commit also says which producer, streaming query and micro-batch wrote it, and how long that
     batch had been held (flow control) and throttled (publish rate) before this write: what a
     query listener in any process reports."""
 
@@ -93,6 +93,7 @@ class Commit:
     count: int
     size: int
     query: str | None = None
+    producer: str | None = None
     batch: int | None = None
     held: float = 0.0
     throttled: float = 0.0
@@ -142,7 +143,7 @@ def _sink_metadata(user_metadata: Any) -> dict[str, Any] | None:
         if not isinstance(flow, Mapping):
             return None
         count, size = int(flow["count"]), int(flow["size"])
-        fields = {"count": count, "size": size, "query": flow.get("query"),
+        fields = {"count": count, "size": size, "query": flow.get("query"), "producer": flow.get("producer"),
                   "batch": None if flow.get("batch") is None else int(flow["batch"]),
                   "held": float(flow.get("held", 0.0)), "throttled": float(flow.get("throttled", 0.0))}
     except (KeyError, TypeError, ValueError):

@@ -99,6 +99,7 @@ KEYS: dict[str, Key] = {
         Key("defaultResumeThreshold", parse_percent, Fraction(70), "Default resume threshold, percent of the queue's max (rounded down)."),
         Key("policy", parse_policy, "flow", "The queue's limit policy: " + ", ".join(POLICIES) + "."),
         Key("producerFlowControl", parse_bool, True, "false switches flow control off for the queue."),
+        Key("pacing", parse_bool, False, "true: under the stop threshold, producers are admitted at the rate the queue is drained, its depth steered to the middle between resume and stop (needs stopCount)."),
         Key("producersStopped", parse_bool, False, "true holds every producer of the queue, whatever its depth (an operator's stop)."),
         Key("stallTimeout", parse_duration, 0.0, "A subscription with messages and no ack progress for this long is stalled (0 = never)."),
         Key("stalledConsumerPolicy", parse_stalled_policy, "flag", "flag: report a stalled subscription; skip: also move it past its backlog."),

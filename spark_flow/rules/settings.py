@@ -58,6 +58,7 @@ class QueueSettings:
     policy: Policy = "flow"
     producer_flow_control: bool = True
     producers_stopped: bool = False
+    pacing: bool = False
     stall_timeout: float = 0.0
     stalled_consumer_policy: str = "flag"
     message_ttl: float = 0.0
@@ -108,6 +109,10 @@ def queue_settings(queue: str, *layers: Mapping[str, Any]) -> QueueSettings:
         raise ConfigurationError(origins["policy"], values["policy"], "a ring policy with maxCount or maxSize above 0",
                                  "A ring queue discards its oldest messages beyond its max: give it one")
     flow_controlled = values["producerFlowControl"] and values["policy"] == "flow"
+    if values["pacing"] and not (flow_controlled and thresholds.stop_count):
+        raise ConfigurationError(origins["pacing"], "true", "pacing with a stopCount (or maxCount) above 0, "
+                                 "policy flow and producerFlowControl true",
+                                 "A paced queue steers its depth between its resume and stop counts")
     return QueueSettings(
         queue=queue,
         thresholds=thresholds if flow_controlled else Thresholds(),
@@ -116,6 +121,7 @@ def queue_settings(queue: str, *layers: Mapping[str, Any]) -> QueueSettings:
         policy=values["policy"],
         producer_flow_control=values["producerFlowControl"],
         producers_stopped=values["producersStopped"],
+        pacing=values["pacing"],
         stall_timeout=values["stallTimeout"],
         stalled_consumer_policy=values["stalledConsumerPolicy"],
         message_ttl=values["messageTtl"],

@@ -303,8 +303,9 @@ class QueueSink:
                               f"{count - written}") from error
 
     def _throttle(self, gate: Gate, context: BatchContext, write: Depth) -> None:
-        """Wait until the producer's publish rate lets the next write start (:meth:`Gate.throttle`)."""
-        context.throttled[gate.queue.path] += gate.throttle(write, context.is_active)
+        """Wait until the producer's publish rate and its queue's pace let the next write start
+        (:meth:`Gate.throttle`)."""
+        context.throttled[gate.queue.path] += gate.throttle(write, context.is_active, context.app_id)
 
     def _write(self, rows: DataFrame, dest: str, context: BatchContext, written: int, count: int, size: int) -> None:
         """Append ``count`` rows (``size`` bytes) as one idempotent commit that brings the

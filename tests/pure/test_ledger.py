@@ -67,7 +67,8 @@ def test_sink_metadata_is_exact_and_wins_over_operation_metrics() -> None:
     query, batch and seconds held and throttled come with them (what a query listener reports)."""
     info = {**SPARK_WRITE, "userMetadata": sink_metadata(2, 19, producer="spark-flow/q1", batch=3, query="q1",
                                                           held=1.5, throttled=0.25)}
-    assert commit_from_info(info) == Commit(1, TIMESTAMP, 2, 19, query="q1", batch=3, held=1.5, throttled=0.25)
+    assert commit_from_info(info) == Commit(1, TIMESTAMP, 2, 19, query="q1", producer="spark-flow/q1", batch=3, held=1.5,
+                                            throttled=0.25)
 
 
 def test_sink_metadata_already_parsed() -> None:

@@ -328,6 +328,9 @@ CASES = [
          bad("flow.policy", "ring", "a ring policy with maxCount or maxSize above 0"), props={"flow.policy": "ring"}),
     case("stop above the max", sink_orders, ConfigurationError, bad("flow.stopCount", "20", "a value <= flow.maxCount=10"),
          props={"flow.maxCount": "10"}),
+    case("pacing without flow control", sink_orders, ConfigurationError,
+         bad("flow.pacing", "true", "pacing with a stopCount (or maxCount) above 0, policy flow and producerFlowControl "
+             "true"), props={"flow.pacing": "true", "flow.producerFlowControl": "false"}),
     # -- source options (read_queue, format("flowqueue")) ---------------------------------------
     case("source without queue option", raw_source(), AnalysisException,
          bad("queue", None, "the queue table's path")),

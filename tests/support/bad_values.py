@@ -17,6 +17,7 @@ CONF_VALUES = [
     ("policy", "drop-newest", POLICIES), ("onFull", "wait", ON_FULL), ("rejectTimeout", "soon", DURATION),
     ("capacity", "0", "a whole number >= 1"), ("pollInterval", "0s", DURATION + ", above 0"),
     ("producerFlowControl", "maybe", "true or false"), ("producersStopped", "sometimes", "true or false"),
+    ("pacing", "often", "true or false"),
     ("stallTimeout", "forever", DURATION), ("stalledConsumerPolicy", "ignore", "one of flag, skip"),
     ("stopAge", "-5s", DURATION), ("resumeAge", "a while", DURATION),
     ("homeStopCount", "-1", WHOLE), ("homeResumeCount", "many", WHOLE), ("homeStopSize", "big", SIZE),

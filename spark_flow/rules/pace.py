@@ -1,0 +1,108 @@
+"""Pacing (the queue setting ``pacing``): a queue's producers admitted at the rate its
+subscriptions drain it, so the pipeline flows without the brokers' sawtooth.
+
+On/off flow control lets a producer write until the depth passes the stop threshold, then holds
+it until the depth falls under the resume threshold: the queue swings between the two, and a
+consumer that drains it below resume waits idle for the producer's next batch. A paced queue
+keeps the hold at stop (the hard bound, unchanged) and, below it, admits writes at the drain
+rate plus the gap between the depth and the middle of the band closed over :data:`HORIZON`
+seconds: the depth settles at the target, where the consumer always finds its next batch, and the
+rate follows a consumer that speeds up, slows down or stops (the drain is measured over the last
+:data:`WINDOW` seconds, a fall of it over the last :data:`RECENT`). Several producers of one queue share the rate equally: each writes its
+share, the rate divided by the producers that wrote in the window, itself included.
+
+Each producer measures the drain from its own looks at the queue (the messages that arrived
+between two looks, less what the depth grew), so pacing needs no process beyond the producers,
+and each admits its writes as the generic cell rate algorithm does: a write may start once the
+one before it is paid for at the rate now in force.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from spark_flow.rules.flow_state import Thresholds
+
+#: Seconds over which the drain rate is measured.
+WINDOW = 10.0
+#: Seconds over which a fall of the drain rate is seen.
+RECENT = 2.0
+#: Seconds over which the gap between the depth and the target is closed.
+HORIZON = 5.0
+
+
+def target(thresholds: Thresholds) -> float:
+    """The depth a paced queue steers to: the middle of its count band."""
+    return (thresholds.stop_count + thresholds.resume_count) / 2
+
+
+def chunk(thresholds: Thresholds) -> int:
+    """The most messages one paced write takes: half the band (at least one), so a write admitted
+    at the target lands under the stop."""
+    return max(1, (thresholds.stop_count - thresholds.resume_count) // 2)
+
+
+@dataclass(frozen=True)
+class Pace:
+    """The pace in force for one producer: the measured drain rate (None until the window holds
+    two looks a second apart), the rate the queue's producers are admitted at, and how many
+    producers share it."""
+
+    drain: float | None
+    rate: float
+    producers: int
+
+    @property
+    def share(self) -> float:
+        """This producer's rate: messages per second."""
+        return self.rate / self.producers
+
+
+class DrainMeter:
+    """A queue's drain rate, from one producer's looks over the last :data:`WINDOW` seconds."""
+
+    def __init__(self, window: float = WINDOW) -> None:
+        self.window = window
+        self._looks: deque[tuple[float, int, int]] = deque()  # (time.monotonic(), arrived so far, depth)
+        self._arrived = 0
+        self._writers: deque[tuple[float, str]] = deque()  # (when seen, producer) of the window's commits
+
+    def look(self, now: float, depth: int, arrived: int, writers: Iterable[str]) -> None:
+        """Record a look: the depth now, and the messages that arrived since the last look and
+        the producers that wrote them."""
+        self._arrived += arrived
+        self._looks.append((now, self._arrived, depth))
+        while len(self._looks) > 2 and now - self._looks[1][0] >= self.window:
+            self._looks.popleft()
+        self._writers.extend((now, writer) for writer in writers)
+        while self._writers and now - self._writers[0][0] > self.window:
+            self._writers.popleft()
+
+    @property
+    def drain(self) -> float | None:
+        """Messages per second the queue lost to its consumers: over the window, or over the
+        last :data:`RECENT` seconds if fewer (a consumer that slows down or stops is followed at
+        once, one that speeds up as the window shows it)."""
+        if not self._looks:
+            return None
+        now = self._looks[-1][0]
+        recent = next((look for look in reversed(self._looks) if now - look[0] >= RECENT), None)
+        rates = [rate for first in (self._looks[0], recent) if (rate := self._since(first)) is not None]
+        return min(rates, default=None)
+
+    def _since(self, first: tuple[float, int, int] | None) -> float | None:
+        """The drain between ``first`` and the last look; None over less than a second."""
+        (now, arrived_now, depth_now) = self._looks[-1]
+        if first is None or now - first[0] < 1.0:
+            return None
+        began, arrived_then, depth_then = first
+        return max(0.0, ((arrived_now - arrived_then) - (depth_now - depth_then)) / (now - began))
+
+    def pace(self, thresholds: Thresholds, depth: int, producer: str | None) -> Pace:
+        """The pace in force for ``producer`` at ``depth``."""
+        drain = self.drain
+        rate = max(0.0, (drain or 0.0) + (target(thresholds) - depth) / HORIZON)
+        writers = {writer for _, writer in self._writers} | ({producer} if producer else set())
+        return Pace(drain, rate, max(1, len(writers)))
