@@ -46,7 +46,8 @@ STATUS_COLUMNS = (
     ("flow_stopped", "flowStopped"), ("flow_stopped_count", "flowStoppedCount"),
     ("producers_held", "held"), ("held_since", "heldSince"), ("consumer_stalled", "stalled"),
     ("oldest_message_age_seconds", "oldestAge(s)"), ("discarded_count", "discarded"), ("expired_count", "expired"),
-    ("dead_lettered_count", "deadLettered"), ("last_transition", "lastTransition"),
+    ("dead_lettered_count", "deadLettered"), ("drain_rate", "drain/s"), ("admitted_rate", "paced/s"),
+    ("last_transition", "lastTransition"),
 )
 
 

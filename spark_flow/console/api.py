@@ -55,6 +55,8 @@ def queue_json(queue: QueueView, causes: Mapping[str, list[str]]) -> dict[str, A
             "stalled": s.stalled, "backpressured": s.backpressured, "downstream": list(s.downstream),
             "acked_at": unix_time(s.acked_at), "discarded_count": s.discarded_count,
             "expired_count": s.expired_count, "dead_lettered_count": s.dead_lettered_count, "position": s.position,
+            "drain_rate": s.drain_rate, "admitted_rate": None if s.pace is None else s.pace.rate,
+            "pacing_producers": None if s.pace is None else s.pace.producers,
         } for s in queue.subscriptions],
     }
 

@@ -27,6 +27,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit
 
 from spark_flow.exceptions import ConfigurationError
+from spark_flow.flow.drain import measured_backlog
 from spark_flow.flow.expiry import expire
 from spark_flow.flow.homeflow import open_home
 from spark_flow.flow.queue import open_queue
@@ -54,7 +55,8 @@ OBSERVATION_SCHEMA = (
     "producers_stopped BOOLEAN, "
     "stall_timeout DOUBLE, stalled_policy STRING, recorded_stopped BOOLEAN, recorded_count BIGINT, "
     "recorded_transition BIGINT, backpressured BOOLEAN, discarded_count BIGINT, expired_count BIGINT, "
-    "dead_lettered_count BIGINT, command_id BIGINT, command STRING, settings STRING"
+    "dead_lettered_count BIGINT, drain_rate DOUBLE, admitted_rate DOUBLE, pacing_producers BIGINT, "
+    "command_id BIGINT, command STRING, settings STRING"
 )
 #: One observation (or command) as the source yields it, in :data:`OBSERVATION_SCHEMA`'s order.
 ObservationRow = tuple[Any, ...]
@@ -187,16 +189,18 @@ def observe(queues: Mapping[str, str], storage: Mapping[str, str]) -> list[Obser
 
 def _look(name: str, path: str, storage: Mapping[str, str]) -> list[tuple[Subscription, dict[str, Any]]]:
     """Each subscription of a queue with its observation but for ``backpressured``: depth, the
-    queue's recorded settings, the recorded flow state. Nothing for a queue that cannot be read
-    (dropped: its keys time out)."""
+    queue's recorded settings, the recorded flow state, its drain and a paced queue's pace as
+    this process measures them (:mod:`spark_flow.flow.drain`). Nothing for a queue that cannot
+    be read (dropped: its keys time out)."""
     try:
         queue = open_queue(path, storage)
         latest = queue.refresh()
         settings = queue.settings()
         expire(queue, settings)
         looks = []
-        for sub, depth in queue.backlog(refresh=False):
+        for sub, depth, drained in measured_backlog(queue):
             transition = sub.last_transition
+            pace = drained.pace(settings.thresholds, depth.count, None) if settings.pacing else None
             looks.append((sub, dict(
                 kind="observe", queue=name, path=queue.path, subscription=sub.name, observed_at=now_ms(),
                 position=sub.position, latest=latest, depth_count=depth.count, depth_size=depth.size,
@@ -206,7 +210,9 @@ def _look(name: str, path: str, storage: Mapping[str, str]) -> list[tuple[Subscr
                 recorded_count=sub.flow_stopped_count,
                 recorded_transition=int(transition.timestamp() * 1000) if transition else None,
                 discarded_count=sub.discarded_count, expired_count=sub.expired_count,
-                dead_lettered_count=sub.dead_lettered_count,
+                dead_lettered_count=sub.dead_lettered_count, drain_rate=drained.rate,
+                admitted_rate=None if pace is None else pace.rate,
+                pacing_producers=None if pace is None else pace.producers,
             )))
         return looks
     except Exception as error:  # a queue dropped or unreadable: its keys time out

@@ -153,7 +153,7 @@ def _flow_fields(row: Mapping[str, Any]) -> dict[str, Any]:
     oldest = row.get("oldest_enqueue")
     return {
         **{k: row.get(k) for k in ("depth_count", "depth_size", *THRESHOLD_FIELDS, "flow_stopped",
-                                   "flow_stopped_count")},
+                                   "flow_stopped_count", "drain_rate", "admitted_rate", "pacing_producers")},
         "oldest_message_age_seconds": None if oldest is None else Depth(0, 0, oldest).age(row["time"]),
     }
 

@@ -42,7 +42,8 @@ ROW_SCHEMA = (
     f"{ddl(THRESHOLD_COLUMNS)}, flow_stopped BOOLEAN, "
     "flow_stopped_count BIGINT, last_transition BIGINT, producers_stopped BOOLEAN, held_since BIGINT, "
     "stalled BOOLEAN, recorded_stopped BOOLEAN, recorded_count BIGINT, discarded_count BIGINT, "
-    "expired_count BIGINT, dead_lettered_count BIGINT, command_id BIGINT, command STRING, settings STRING"
+    "expired_count BIGINT, dead_lettered_count BIGINT, drain_rate DOUBLE, admitted_rate DOUBLE, "
+    "pacing_producers BIGINT, command_id BIGINT, command STRING, settings STRING"
 )
 STATE_SCHEMA = (
     "flow_stopped BOOLEAN, flow_stopped_count BIGINT, position BIGINT, progress_at BIGINT, stalled BOOLEAN, "
@@ -153,7 +154,8 @@ def step(before: ControllerState | None, obs: Mapping[str, Any]) -> tuple[Contro
     status = {
         **{k: obs.get(k) for k in ("queue", "path", "subscription", "position", "latest", "depth_count",
                                     "depth_size", "oldest_enqueue", "producers_stopped", "recorded_stopped",
-                                    "recorded_count", "discarded_count", "expired_count", "dead_lettered_count")},
+                                    "recorded_count", "discarded_count", "expired_count", "dead_lettered_count",
+                                    "drain_rate", "admitted_rate", "pacing_producers")},
         **{name: getattr(thresholds, name) for name in THRESHOLD_FIELDS}, "kind": "status", "time": now,
         "flow_stopped": flow.flow_stopped, "flow_stopped_count": flow.flow_stopped_count, "last_transition": last_transition,
         "held_since": None if held_since == _NONE else held_since, "stalled": stalled,

@@ -24,16 +24,17 @@ import logging
 import math
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from spark_flow.exceptions import HoldInterruptedError, QueueFullError, QueueFullTimeoutError
+from spark_flow.flow.drain import measured_backlog
 from spark_flow.flow.expiry import expire
 from spark_flow.flow.homeflow import HomeStatus, open_home
 from spark_flow.flow.queue import Queue
 from spark_flow.flow.ring import discard_oldest
 from spark_flow.rules.depth import Depth
 from spark_flow.rules.flow_state import FlowState, Thresholds, producers_held
-from spark_flow.rules.pace import DrainMeter, Pace, chunk
+from spark_flow.rules.pace import Pace, chunk
 from spark_flow.rules.publish_rate import PublishRateLimiter
 from spark_flow.rules.settings import ProducerSettings, QueueSettings
 
@@ -97,38 +98,31 @@ class Gate:
         self.producer = producer or ProducerSettings()
         self.home = open_home(queue.home, queue.storage_options) if queue.home else None
         self.publish_rate = PublishRateLimiter(self.producer.msg_publish_rate, self.producer.byte_publish_rate)
-        self.drain = DrainMeter()
-        self._seen: int | None = None  # the queue's version at the last look: what arrived since is new
         self._paced: tuple[float, int] = (-math.inf, 0)  # when the last paced write started, its messages
 
     def step(self, producer: str | None = None) -> GateStatus:
         """Look at the queue now: depth per subscription, state machine stepped and recorded;
         then at its home, if it has one and the queue's producers are flow-controlled; for a
-        paced queue, the drain measured and the pace in force for ``producer``."""
+        paced queue, the pace in force for ``producer`` (:mod:`spark_flow.flow.drain`)."""
         queue = self.queue
-        latest = queue.refresh()
+        queue.refresh()
         settings = queue.settings()
-        arrived = queue.ledger.commits(self._seen, latest) if self._seen is not None and settings.pacing else []
-        self._seen = latest if settings.pacing else None
         expire(queue, settings)  # an expired message holds nobody
         home = self.home.step() if self.home is not None and settings.flow_controlled else None
         while True:
-            backlog, now = queue.backlog(refresh=False), int(time.time() * 1000)
+            backlog, now = measured_backlog(queue), int(time.time() * 1000)
             states: dict[str, FlowState] = {}
-            for sub, depth in backlog:
+            for sub, depth, _ in backlog:
                 row = queue.recorder.step(sub, settings.thresholds, depth, now)
                 if row is None:
                     break  # another process recorded a transition first: look again
                 states[sub.name] = row.flow_state
             else:
-                status = GateStatus(queue.name, settings, {sub.name: depth for sub, depth in backlog}, states, home)
                 break
-        if not settings.pacing:
-            return status
-        depth_count = status.depth.count
-        self.drain.look(time.monotonic(), depth_count, sum(c.count for c in arrived),
-                        [c.producer for c in arrived if c.producer])
-        return replace(status, pace=self.drain.pace(settings.thresholds, depth_count, producer))
+        # the slowest subscription's pace: every subscription gets its next batch, none piles up
+        pace = min((drained.pace(settings.thresholds, depth.count, producer) for _, depth, drained in backlog),
+                   key=lambda p: p.rate, default=None) if settings.pacing else None
+        return GateStatus(queue.name, settings, {sub.name: depth for sub, depth, _ in backlog}, states, home, pace)
 
     def refuse(self, batch: Depth, is_active: Callable[[], bool]) -> float:
         """Before a batch's first write: raise if this queue refuses it, so a refused batch is in

@@ -54,6 +54,12 @@ METRICS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
     ("spark_flow_dead_lettered_messages", "counter", SUBSCRIPTION,
      "Messages the subscription's consumer failed on maxDeliveries times, moved to the dead-letter queue."),
     ("spark_flow_acknowledged_version", "gauge", SUBSCRIPTION, "The queue version the subscription has acknowledged whole."),
+    ("spark_flow_drain_messages_per_second", "gauge", SUBSCRIPTION,
+     "Messages a second the subscription's consumer takes from the queue, as this server's looks measure it (last 10 s)."),
+    ("spark_flow_admitted_messages_per_second", "gauge", SUBSCRIPTION,
+     "A paced queue's pace: messages a second its producers are admitted at by this subscription; absent: not paced."),
+    ("spark_flow_pacing_producers", "gauge", SUBSCRIPTION,
+     "A paced queue's producers that wrote in the last 10 s: each is admitted at an equal share of the pace."),
     ("spark_flow_producers_held", "gauge", QUEUE,
      "1 while the queue holds its producers: a subscription flow-stopped, an operator's stop, or its home flow-stopped."),
     ("spark_flow_producers_held_since_timestamp_seconds", "gauge", QUEUE,
@@ -139,6 +145,10 @@ def series(view: HomeView, duration: float = 0.0, age: float = 0.0) -> Series:
             add("spark_flow_expired_messages", s, sub.expired_count, "counter")
             add("spark_flow_dead_lettered_messages", s, sub.dead_lettered_count, "counter")
             add("spark_flow_acknowledged_version", s, sub.position)
+            add("spark_flow_drain_messages_per_second", s, sub.drain_rate)
+            if sub.pace is not None:
+                add("spark_flow_admitted_messages_per_second", s, sub.pace.rate)
+                add("spark_flow_pacing_producers", s, sub.pace.producers)
     h = (home,)
     if view.limits.enabled or view.state.flow_stopped_count:
         add("spark_flow_home_depth_messages", h, view.depth.count)

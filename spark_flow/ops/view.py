@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from spark_flow.exceptions import QueueNotFoundError, SubscriptionNotFoundError, one_line
+from spark_flow.flow.drain import measured_backlog
 from spark_flow.flow.homeflow import HOME_ROW, HomeFlow, home_depth, open_home
 from spark_flow.flow.queue import open_queue
 from spark_flow.records.status import control_table
@@ -25,6 +26,7 @@ from spark_flow.records.subscriptions import Subscription
 from spark_flow.rules.depth import Depth
 from spark_flow.rules.flow_state import FlowState, Thresholds, producers_held
 from spark_flow.rules.names import normalize_path
+from spark_flow.rules.pace import Drained, Pace
 from spark_flow.rules.settings import QueueSettings
 
 log = logging.getLogger("spark_flow.ops.view")
@@ -56,6 +58,8 @@ class SubscriptionView:
     downstream: tuple[str, ...] = ()
     backpressured: bool = False
     stalled: bool = False
+    drain_rate: float | None = None  # messages a second it acknowledges (:mod:`spark_flow.flow.drain`)
+    pace: Pace | None = None  # a paced queue's: the rate its producers are admitted at, shared by how many
 
 
 @dataclass(frozen=True)
@@ -81,6 +85,11 @@ class QueueView:
     @property
     def thresholds(self) -> Thresholds:
         return self.settings.thresholds if self.settings is not None else Thresholds()
+
+    @property
+    def pace(self) -> Pace | None:
+        """A paced queue's pace: its slowest subscription's, as its producers' gates take it."""
+        return min((s.pace for s in self.subscriptions if s.pace is not None), key=lambda p: p.rate, default=None)
 
     @property
     def producers_stopped(self) -> bool:
@@ -118,6 +127,7 @@ class _Read:
     settings: QueueSettings | None = None
     latest: int = -1
     backlog: Sequence[tuple[Subscription, Depth]] = ()
+    drains: Mapping[str, Drained] = field(default_factory=dict)
     home: str | None = None
     producers_changed: datetime | None = None
     error: str | None = None
@@ -182,7 +192,9 @@ def _read(name: str, path: str, storage: Mapping[str, str]) -> _Read:
         queue = open_queue(path, storage)
         latest = queue.refresh()
         settings = queue.settings()
-        return _Read(name, queue.path, settings, latest, queue.backlog(refresh=False), queue.home,
+        measured = measured_backlog(queue)
+        return _Read(name, queue.path, settings, latest, [(sub, depth) for sub, depth, _ in measured],
+                     {sub.name: drained for sub, _, drained in measured}, queue.home,
                      queue.runtime_settings.changed_at("producersStopped"))
     except Exception as error:  # dropped, moved or unreadable: shown as such, the other queues still are
         said = one_line(error)
@@ -219,10 +231,13 @@ def _queue_view(read: _Read, home_stop: tuple[bool, datetime | None], held: Mapp
             waiting_since = max(waiting_since, datetime.fromtimestamp(depth.oldest / 1000, UTC))
         timeout = read.settings.stall_timeout
         stalled = bool(timeout and depth.count and not backpressured and (now - waiting_since).total_seconds() >= timeout)
+        drained = read.drains.get(sub.name, Drained())
+        pace = drained.pace(read.settings.thresholds, depth.count, None) if read.settings.pacing else None
         subs.append(SubscriptionView(sub.name, depth, depth.age(now_ms), sub.flow_stopped, sub.flow_stopped_count,
                                      sub.last_transition, sub.position, sub.discarded_count, sub.expired_count,
                                      sub.dead_lettered_count, _last_acknowledged(sub),
-                                     tuple(names.get(p, p) for p in downstream), backpressured, stalled))
+                                     tuple(names.get(p, p) for p in downstream), backpressured, stalled,
+                                     drained.rate, pace))
     is_held = held[read.path]
     return QueueView(read.name, read.path, read.settings, read.latest, tuple(subs), home_stop[0], is_held,
                      _held_since(read, home_stop) if is_held else None)

@@ -65,8 +65,12 @@ def _follow(view: HomeView, queue: QueueView, level: int, seen: set[str], stages
         return
     if not queue.held:
         depth = queue.depth
+        pace = queue.pace
+        paced = () if pace is None else (
+            f"paced: producers admitted at {pace.rate:.1f} messages/s, drained at "
+            f"{'?' if pace.drain is None else f'{pace.drain:.1f}'} messages/s, shared by {pace.producers}",)
         stages.append(Stage(queue.name, level, False, (f"does not hold its producers (depth {depth.count} messages, "
-                                                      f"{depth.size} bytes; {_limits(queue)})",)))
+                                                      f"{depth.size} bytes; {_limits(queue)})", *paced)))
         return
     reasons, causes, below = [], [], []
     if queue.producers_stopped:

@@ -30,12 +30,15 @@ if TYPE_CHECKING:
 
 def _flow_fields() -> list[pa.Field]:
     """What a status row and a history row both say: depth (count, size, the oldest message's
-    age), thresholds (ages in seconds) and flow state."""
+    age), thresholds (ages in seconds), flow state, the drain rate (messages a second) and, for a
+    paced queue, the rate its producers are admitted at and how many share it."""
     import pyarrow as pa
 
     return [pa.field("depth_count", pa.int64()), pa.field("depth_size", pa.int64()), *arrow_fields(THRESHOLD_COLUMNS),
         pa.field("oldest_message_age_seconds", pa.float64()),
-        pa.field("flow_stopped", pa.bool_()), pa.field("flow_stopped_count", pa.int64())]
+        pa.field("flow_stopped", pa.bool_()), pa.field("flow_stopped_count", pa.int64()),
+        pa.field("drain_rate", pa.float64()), pa.field("admitted_rate", pa.float64()),
+        pa.field("pacing_producers", pa.int64())]
 
 
 def status_schema() -> pa.Schema:

@@ -60,8 +60,22 @@ class Pace:
         return self.rate / self.producers
 
 
+@dataclass(frozen=True)
+class Drained:
+    """A subscription's drain as measured: messages a second (None until the window holds two
+    looks a second apart), and the producers that wrote to the queue in the window."""
+
+    rate: float | None = None
+    writers: frozenset[str] = frozenset()
+
+    def pace(self, thresholds: Thresholds, depth: int, producer: str | None) -> Pace:
+        """The pace in force for ``producer`` at the subscription's ``depth``."""
+        rate = max(0.0, (self.rate or 0.0) + (target(thresholds) - depth) / HORIZON)
+        return Pace(self.rate, rate, max(1, len(self.writers | ({producer} if producer else set()))))
+
+
 class DrainMeter:
-    """A queue's drain rate, from one producer's looks over the last :data:`WINDOW` seconds."""
+    """A subscription's drain rate, from one process's looks over the last :data:`WINDOW` seconds."""
 
     def __init__(self, window: float = WINDOW) -> None:
         self.window = window
@@ -80,17 +94,16 @@ class DrainMeter:
         while self._writers and now - self._writers[0][0] > self.window:
             self._writers.popleft()
 
-    @property
-    def drain(self) -> float | None:
-        """Messages per second the queue lost to its consumers: over the window, or over the
-        last :data:`RECENT` seconds if fewer (a consumer that slows down or stops is followed at
-        once, one that speeds up as the window shows it)."""
+    def measured(self) -> Drained:
+        """The drain as measured now: over the window, or over the last :data:`RECENT` seconds if
+        fewer (a consumer that slows down or stops is followed at once, one that speeds up as
+        the window shows it)."""
         if not self._looks:
-            return None
+            return Drained()
         now = self._looks[-1][0]
         recent = next((look for look in reversed(self._looks) if now - look[0] >= RECENT), None)
         rates = [rate for first in (self._looks[0], recent) if (rate := self._since(first)) is not None]
-        return min(rates, default=None)
+        return Drained(min(rates, default=None), frozenset(writer for _, writer in self._writers))
 
     def _since(self, first: tuple[float, int, int] | None) -> float | None:
         """The drain between ``first`` and the last look; None over less than a second."""
@@ -99,10 +112,3 @@ class DrainMeter:
             return None
         began, arrived_then, depth_then = first
         return max(0.0, ((arrived_now - arrived_then) - (depth_now - depth_then)) / (now - began))
-
-    def pace(self, thresholds: Thresholds, depth: int, producer: str | None) -> Pace:
-        """The pace in force for ``producer`` at ``depth``."""
-        drain = self.drain
-        rate = max(0.0, (drain or 0.0) + (target(thresholds) - depth) / HORIZON)
-        writers = {writer for _, writer in self._writers} | ({producer} if producer else set())
-        return Pace(drain, rate, max(1, len(writers)))

@@ -20,26 +20,26 @@ def test_the_target_is_the_middle_of_the_band_and_a_write_half_of_it() -> None:
 def test_the_drain_is_what_arrived_less_what_the_depth_grew() -> None:
     meter = DrainMeter()
     meter.look(0.0, depth=100, arrived=0, writers=[])
-    assert meter.drain is None  # one look measures nothing
+    assert meter.measured().rate is None  # one look measures nothing
     meter.look(2.0, depth=90, arrived=20, writers=["p"])
-    assert meter.drain == pytest.approx(15.0)  # 30 messages left in 2 s
+    assert meter.measured().rate == pytest.approx(15.0)  # 30 messages left in 2 s
 
 
 def test_a_stopped_consumer_paces_the_producer_to_the_target_and_no_further() -> None:
     meter = DrainMeter()
     meter.look(0.0, depth=0, arrived=0, writers=[])
     meter.look(2.0, depth=100, arrived=100, writers=["p"])  # nothing drained
-    assert meter.drain == 0.0
-    assert meter.pace(BAND, 100, "p").rate == pytest.approx(50 / HORIZON)  # closes the gap to 150
-    assert meter.pace(BAND, 150, "p").rate == 0.0
-    assert meter.pace(BAND, 190, "p").rate == 0.0  # above the target: waits for the consumer
+    assert meter.measured().rate == 0.0
+    assert meter.measured().pace(BAND, 100, "p").rate == pytest.approx(50 / HORIZON)  # closes the gap to 150
+    assert meter.measured().pace(BAND, 150, "p").rate == 0.0
+    assert meter.measured().pace(BAND, 190, "p").rate == 0.0  # above the target: waits for the consumer
 
 
 def test_the_rate_follows_the_drain_at_the_target() -> None:
     meter = DrainMeter()
     for second in range(5):  # the depth stands at 150 while 40 messages a second arrive: 40 drained a second
         meter.look(float(second), depth=150, arrived=40 if second else 0, writers=["p"] if second else [])
-    assert meter.pace(BAND, 150, "p").rate == pytest.approx(40.0)
+    assert meter.measured().pace(BAND, 150, "p").rate == pytest.approx(40.0)
 
 
 def test_the_drain_is_measured_over_the_last_window() -> None:
@@ -48,7 +48,7 @@ def test_the_drain_is_measured_over_the_last_window() -> None:
     meter.look(1.0, depth=0, arrived=100, writers=[])  # 100 a second then
     for second in range(2, 2 + int(WINDOW) * 2):
         meter.look(float(second), depth=0, arrived=10, writers=[])  # 10 a second since
-    assert meter.drain == pytest.approx(10.0)
+    assert meter.measured().rate == pytest.approx(10.0)
 
 
 def test_a_consumer_that_stops_is_followed_at_once() -> None:
@@ -57,15 +57,15 @@ def test_a_consumer_that_stops_is_followed_at_once() -> None:
         meter.look(float(second), depth=150, arrived=40 if second else 0, writers=[])
     for second in range(8, 11):  # ...then nothing
         meter.look(float(second), depth=150 + 40 * (second - 7), arrived=40, writers=[])
-    assert meter.drain == 0.0
+    assert meter.measured().rate == 0.0
 
 
 def test_producers_that_wrote_in_the_window_share_the_rate_equally() -> None:
     meter = DrainMeter()
     meter.look(0.0, depth=150, arrived=0, writers=[])
     meter.look(1.0, depth=150, arrived=60, writers=["a", "b", "b", "c"])
-    pace = meter.pace(BAND, 150, "a")
+    pace = meter.measured().pace(BAND, 150, "a")
     assert pace.producers == 3 and pace.share == pytest.approx(pace.rate / 3)
-    assert meter.pace(BAND, 150, "d").producers == 4  # a producer about to write counts itself
+    assert meter.measured().pace(BAND, 150, "d").producers == 4  # a producer about to write counts itself
     meter.look(1.0 + WINDOW + 1, depth=150, arrived=0, writers=["a"])
-    assert meter.pace(BAND, 150, "a").producers == 1  # the others wrote nothing in the window
+    assert meter.measured().pace(BAND, 150, "a").producers == 1  # the others wrote nothing in the window

@@ -51,10 +51,12 @@ def make_queue(home: str | Path, name: str, settings: Mapping[str, object] | Non
     return queue
 
 
-def enqueue(queue: Queue, count: int, size: int = 10) -> None:
-    """One append of ``count`` messages of ``size`` bytes each, recorded as the sink records it."""
+def enqueue(queue: Queue, count: int, size: int = 10, producer: str | None = None) -> None:
+    """One append of ``count`` messages of ``size`` bytes each, recorded as the sink records it
+    (by ``producer``, if given)."""
     rows = pa.table({"id": pa.array(range(count), pa.int64()), "body": pa.array(["m"] * count)})
-    metadata = json.dumps({METADATA_KEY: {"count": count, "size": count * size}})
+    metadata = json.dumps({METADATA_KEY: {"count": count, "size": count * size,
+                                          **({"producer": producer} if producer else {})}})
     write_deltalake(queue.path, rows, mode="append", storage_options=queue.storage_options or None,
                     commit_properties=CommitProperties(custom_metadata={"userMetadata": metadata}))
 

@@ -122,12 +122,16 @@ function renderList(where) {
 
 function renderTable(queues) {
   patchRows(document.querySelector("#queues tbody"), queues.map((q) => {
-    const subs = q.subscriptions.map((s) => el("div", { class: "subscription", "data-subscription": s.name },
+    const subs = q.subscriptions.map((s) => el("div", { class: "subscription", "data-subscription": s.name,
+                                                       title: s.drain_rate === null ? "drain not measured yet"
+                                                         : `drains ${s.drain_rate.toFixed(1)} messages/s` },
       `${s.name}: ${s.depth.count}`, s.flow_stopped ? " (flow-stopped)" : "",
       s.stalled ? el("span", { class: "badge stalled" }, "stalled") : null,
       s.backpressured ? el("span", { class: "badge backpressured" }, `backpressured by ${s.downstream.join(", ")}`) : null));
+    const paces = q.subscriptions.filter((s) => s.admitted_rate !== null).map((s) => s.admitted_rate);
     const flow = q.error ? "unreadable" : q.held
-      ? `held${q.producers_stopped ? " (operator)" : ""}${q.home_stopped ? " (home)" : ""}` : "flowing";
+      ? `held${q.producers_stopped ? " (operator)" : ""}${q.home_stopped ? " (home)" : ""}`
+      : paces.length ? `flowing, paced at ${Math.min(...paces).toFixed(1)}/s` : "flowing";
     const row = el("tr", { class: `queue${q.held ? " held" : ""}${q.name === selected ? " selected" : ""}`,
                            "data-queue": q.name, "data-held": q.held },
       el("td", { class: "name" }, q.name, q.root_cause.length ? el("span", { class: "badge root" }, "root cause") : null,
