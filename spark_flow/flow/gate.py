@@ -12,8 +12,9 @@ producers are flow-controlled at all (policy ``flow``, ``producerFlowControl``).
 The sink asks the gate, in order: whether a batch is refused before anything is written
 (:meth:`Gate.refuse`: ``ring-strict``, ``onFull`` reject), how many messages it may write now
 (:meth:`Gate.admit`: the capacity window, Qpid's, within one second of the producer's publish
-rate and half the band of a paced queue), when each write may start (:meth:`Gate.throttle`: the
-publish rate, Pulsar's, and a paced queue's pace, :mod:`spark_flow.rules.pace`), to make
+rate and half a paced queue's band shared by its producers), when each write may start
+(:meth:`Gate.throttle`: the publish rate, Pulsar's, and a paced queue's pace,
+:mod:`spark_flow.rules.pace`), to make
 room in a ring (:meth:`Gate.make_room`), and whether the batch may complete
 (:meth:`Gate.complete`: ``onFull`` hold).
 """
@@ -99,6 +100,7 @@ class Gate:
         self.home = open_home(queue.home, queue.storage_options) if queue.home else None
         self.publish_rate = PublishRateLimiter(self.producer.msg_publish_rate, self.producer.byte_publish_rate)
         self._paced: tuple[float, int] = (-math.inf, 0)  # when the last paced write started, its messages
+        self._pacing_producers = 1  # how many producers shared the pace at the last look
 
     def step(self, producer: str | None = None) -> GateStatus:
         """Look at the queue now: depth per subscription, state machine stepped and recorded;
@@ -122,6 +124,7 @@ class Gate:
         # the slowest subscription's pace: every subscription gets its next batch, none piles up
         pace = min((drained.pace(settings.thresholds, depth.count, producer) for _, depth, drained in backlog),
                    key=lambda p: p.rate, default=None) if settings.pacing else None
+        self._pacing_producers = pace.producers if pace is not None else 1
         return GateStatus(queue.name, settings, {sub.name: depth for sub, depth, _ in backlog}, states, home, pace)
 
     def refuse(self, batch: Depth, is_active: Callable[[], bool]) -> float:
@@ -164,8 +167,8 @@ class Gate:
                                                "the rest of the batch is enqueued when the query restarts")
             settings = status.settings
         window = self.producer.capacity if self._limited(settings) else math.inf
-        if settings.pacing:
-            window = min(window, chunk(settings.thresholds))
+        if settings.pacing:  # the producers' writes due at one moment land under the stop together
+            window = min(window, max(1, chunk(settings.thresholds) // self._pacing_producers))
         return held, min(window, self.publish_rate.window(batch.count, batch.size))
 
     def throttle(self, write: Depth, is_active: Callable[[], bool], producer: str | None = None) -> float:

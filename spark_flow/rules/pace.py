@@ -39,8 +39,8 @@ def target(thresholds: Thresholds) -> float:
 
 
 def chunk(thresholds: Thresholds) -> int:
-    """The most messages one paced write takes: half the band (at least one), so a write admitted
-    at the target lands under the stop."""
+    """The most messages the paced writes due at one moment take together: half the band (at
+    least one), so they land under the stop (a gate divides it by the producers sharing the pace)."""
     return max(1, (thresholds.stop_count - thresholds.resume_count) // 2)
 
 
