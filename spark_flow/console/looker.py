@@ -76,7 +76,8 @@ class Looker:
     def _current(self, budget: float | None) -> Look | None:
         """While a look takes at most :data:`WAIT_FOR_LOOK` (or none has been timed yet): a look
         that began when this was asked, or the one then under way, or None if none ends within
-        ``budget`` seconds (None: however long); else the newest, the next started in the background."""
+        ``budget`` seconds (None: however long); else the newest, the next started in the
+        background."""
         with self._state:
             quick = self._typical is None or self._typical <= WAIT_FOR_LOOK
             since = min(time.monotonic(), self._reading if self._reading is not None else float("inf"))

@@ -24,8 +24,8 @@ _meters: dict[tuple[str, str], DrainMeter] = {}  # by queue path and subscriptio
 
 def measured_backlog(queue: Queue) -> list[tuple[Subscription, Depth, Drained]]:
     """:meth:`Queue.backlog` up to the version last read, each subscription with its drain as
-    its meter measures it, this look recorded in it. The arrivals are read before the backlog lets the ledger
-    forget what every subscription acknowledged, so they cost no read of their own."""
+    its meter measures it, this look recorded in it. The arrivals are read before the backlog
+    lets the ledger forget what every subscription acknowledged: they cost no read of their own."""
     latest = queue.version()
     with _lock:
         seen = _seen.get(queue.path)

@@ -6,15 +6,16 @@ it until the depth falls under the resume threshold: the queue swings between th
 consumer that drains it below resume waits idle for the producer's next batch. A paced queue
 keeps the hold at stop (the hard bound, unchanged) and, below it, admits writes at the drain
 rate plus the gap between the depth and the middle of the band closed over :data:`HORIZON`
-seconds: the depth settles at the target, where the consumer always finds its next batch, and the
-rate follows a consumer that speeds up, slows down or stops (the drain is measured over the last
-:data:`WINDOW` seconds, a fall of it over the last :data:`RECENT`). Several producers of one queue share the rate equally: each writes its
-share, the rate divided by the producers that wrote in the window, itself included.
+seconds: the depth settles at the target, where the consumer always finds its next batch, and
+the rate follows a consumer that speeds up, slows down or stops (the drain is measured over the
+last :data:`WINDOW` seconds, a fall of it over the last :data:`RECENT`). Several producers of
+one queue share the rate equally: each writes its share, the rate divided by the producers that
+wrote in the window, itself included.
 
-Each producer measures the drain from its own looks at the queue (the messages that arrived
-between two looks, less what the depth grew), so pacing needs no process beyond the producers,
-and each admits its writes as the generic cell rate algorithm does: a write may start once the
-one before it is paid for at the rate now in force.
+Each process measures the drain from its own looks at the queue (the messages that arrived
+between two looks, less what the depth grew: :mod:`spark_flow.flow.drain`), so pacing needs no
+process beyond the producers, and a producer admits its writes as the generic cell rate
+algorithm does: a write may start once the one before it is paid for at the rate now in force.
 """
 
 from __future__ import annotations
