@@ -5,7 +5,9 @@ Queues are copies of one declared queue (3 messages enqueued, stop 2 / resume 1,
 is flow-stopped), registered in one home per size (one registry commit for them all); the
 controller then runs in this session (``local[2]``) and the median ``triggerExecution`` of its
 batches after the first is reported, with the time per queue and the CPU seconds a batch took
-in every process of the run (the JVM, its Python workers, this driver). The controller keeps its
+in every process of the run (the JVM, its Python workers, this driver), and the median of each
+phase Spark times (``durationMs``: ``latestOffset``, ``queryPlanning``, ``addBatch``, ...). The
+controller keeps its
 state in ``STATE_PARTITIONS`` (2), set here to each number compared; before, it had the
 session's ``spark.sql.shuffle.partitions`` (2 in the local preset; a cluster's default is 200). Writes
 bench/controller.json and bench/controller.png.
@@ -109,8 +111,10 @@ def main() -> None:
             query.stop()
             durations = [p["durationMs"]["triggerExecution"] / 1000 for p in timed]
             median = statistics.median(durations)
+            phases = {key: round(statistics.median(p["durationMs"].get(key, 0) for p in timed) / 1000, 3)
+                      for key in timed[0]["durationMs"] if key != "triggerExecution"}
             results[size]["state_partitions"][partitions] = {
-                "batch_seconds": durations, "median_batch_seconds": round(median, 3),
+                "batch_seconds": durations, "median_batch_seconds": round(median, 3), "median_phase_seconds": phases,
                 "ms_per_queue": round(1000 * median / size, 2), "cpu_seconds_per_batch": round(cpu / len(timed), 2),
                 "queues_flow_stopped_in_status": int(FlowAdmin(home).status()["flow_stopped"].sum())}
             print(json.dumps({"queues": size, "state_partitions": partitions, **results[size]["state_partitions"][partitions]}))

@@ -63,16 +63,17 @@ controller = start_controller(spark, trigger="1 second")
 
 # COMMAND ----------
 
-# MAGIC %md A producer of batches of 60 orders (one a second at most, its capacity window 60), and a
-# MAGIC consumer that takes one batch every 2 seconds (30 orders a second): the queue fills, the
-# MAGIC producer is held above 150 and goes on under 60. A query listener reports each batch's flow
+# MAGIC %md A producer of batches of 120 orders (one a second at most, written 60 at a time: its
+# MAGIC capacity window), and a consumer that takes 60 orders every 2 seconds (30 a second, a
+# MAGIC quarter of what the producer offers: on a busy cluster too): the queue fills, the producer is
+# MAGIC held above 150 and goes on under 60. A query listener reports each batch's flow
 # MAGIC control (in this notebook's process, also where the queries run on a Connect server).
 
 # COMMAND ----------
 
 listener = FlowProgressListener(home=f"{base}/flow")  # the producers of the home's queues, and every consumer
 spark.streams.addListener(listener)
-orders = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", 60).load()
+orders = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", 120).load()
           .selectExpr("value AS order_id", "concat('customer-', value % 7) AS customer",
                       "CAST(value * 1.5 AS DOUBLE) AS amount"))
 producer = (orders.writeStream.foreachBatch(QueueSink(queue_path, options={"capacity": 60}, query_name="orders_producer"))
