@@ -38,6 +38,7 @@ from spark_flow.rules.columns import ddl
 from spark_flow.rules.flow_state import THRESHOLD_COLUMNS, producers_held
 from spark_flow.rules.keys import pattern_matches, split_options
 from spark_flow.rules.names import normalize_path
+from spark_flow.rules.pace import paced
 from spark_flow.rules.storage_options import storage_options
 from spark_flow.rules.units import parse_count
 from spark_flow.spark.offsets import Offset
@@ -200,7 +201,7 @@ def _look(name: str, path: str, storage: Mapping[str, str]) -> list[tuple[Subscr
         looks = []
         for sub, depth, drained in measured_backlog(queue):
             transition = sub.last_transition
-            pace = drained.pace(settings.thresholds, depth.count, None) if settings.pacing else None
+            pace = paced(settings, depth.count, drained)
             looks.append((sub, dict(
                 kind="observe", queue=name, path=queue.path, subscription=sub.name, observed_at=now_ms(),
                 position=sub.position, latest=latest, depth_count=depth.count, depth_size=depth.size,

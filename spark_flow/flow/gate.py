@@ -35,7 +35,7 @@ from spark_flow.flow.queue import Queue
 from spark_flow.flow.ring import discard_oldest
 from spark_flow.rules.depth import Depth
 from spark_flow.rules.flow_state import FlowState, Thresholds, producers_held
-from spark_flow.rules.pace import Pace, chunk
+from spark_flow.rules.pace import Pace, chunk, paced
 from spark_flow.rules.publish_rate import PublishRateLimiter
 from spark_flow.rules.settings import ProducerSettings, QueueSettings
 
@@ -122,8 +122,8 @@ class Gate:
             else:
                 break
         # the slowest subscription's pace: every subscription gets its next batch, none piles up
-        pace = min((drained.pace(settings.thresholds, depth.count, producer) for _, depth, drained in backlog),
-                   key=lambda p: p.rate, default=None) if settings.pacing else None
+        pace = min((p for _, depth, drained in backlog if (p := paced(settings, depth.count, drained, producer))),
+                   key=lambda p: p.rate, default=None)
         self._pacing_producers = pace.producers if pace is not None else 1
         return GateStatus(queue.name, settings, {sub.name: depth for sub, depth, _ in backlog}, states, home, pace)
 

@@ -26,7 +26,7 @@ from spark_flow.records.subscriptions import Subscription
 from spark_flow.rules.depth import Depth
 from spark_flow.rules.flow_state import FlowState, Thresholds, producers_held
 from spark_flow.rules.names import normalize_path
-from spark_flow.rules.pace import Drained, Pace
+from spark_flow.rules.pace import Drained, Pace, paced
 from spark_flow.rules.settings import QueueSettings
 
 log = logging.getLogger("spark_flow.ops.view")
@@ -232,7 +232,7 @@ def _queue_view(read: _Read, home_stop: tuple[bool, datetime | None], held: Mapp
         timeout = read.settings.stall_timeout
         stalled = bool(timeout and depth.count and not backpressured and (now - waiting_since).total_seconds() >= timeout)
         drained = read.drains.get(sub.name, Drained())
-        pace = drained.pace(read.settings.thresholds, depth.count, None) if read.settings.pacing else None
+        pace = paced(read.settings, depth.count, drained)
         subs.append(SubscriptionView(sub.name, depth, depth.age(now_ms), sub.flow_stopped, sub.flow_stopped_count,
                                      sub.last_transition, sub.position, sub.discarded_count, sub.expired_count,
                                      sub.dead_lettered_count, _last_acknowledged(sub),

@@ -25,6 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from spark_flow.rules.flow_state import Thresholds
+from spark_flow.rules.settings import QueueSettings
 
 #: Seconds over which the drain rate is measured.
 WINDOW = 10.0
@@ -73,6 +74,12 @@ class Drained:
         """The pace in force for ``producer`` at the subscription's ``depth``."""
         rate = max(0.0, (self.rate or 0.0) + (target(thresholds) - depth) / HORIZON)
         return Pace(self.rate, rate, max(1, len(self.writers | ({producer} if producer else set()))))
+
+
+def paced(settings: QueueSettings, depth: int, drained: Drained, producer: str | None = None) -> Pace | None:
+    """The pace in force at a subscription's ``depth`` for ``producer`` (None: any), None if the
+    queue is not paced."""
+    return drained.pace(settings.thresholds, depth, producer) if settings.pacing else None
 
 
 class DrainMeter:
