@@ -2,15 +2,15 @@
 5,000 queues, its state in 1, 2 and 8 partitions.
 
 Queues are copies of one declared queue (3 messages enqueued, stop 2 / resume 1, so every queue
-is flow-stopped), registered in one home per size (one registry commit for them all); the
-controller then runs in this session (``local[2]``) and the median ``triggerExecution`` of its
-batches after the first is reported, with the time per queue and the CPU seconds a batch took
-in every process of the run (the JVM, its Python workers, this driver), and the median of each
-phase Spark times (``durationMs``: ``latestOffset``, ``queryPlanning``, ``addBatch``, ...). The
-controller keeps its
-state in ``STATE_PARTITIONS`` (2), set here to each number compared; before, it had the
-session's ``spark.sql.shuffle.partitions`` (2 in the local preset; a cluster's default is 200). Writes
-bench/controller.json and bench/controller.png.
+is flow-stopped, as its gate recorded), registered in one home per size (one registry commit
+for them all); the controller then runs in this session (``local[2]``) and the median
+``triggerExecution`` of its batches after the first is reported, with the time per queue and
+the CPU seconds a batch took in every process of the run (the JVM, its Python workers, this
+driver), the median of each phase Spark times (``durationMs``: ``latestOffset``,
+``queryPlanning``, ``addBatch``, ...), and the first batch's time (a started controller opens
+every queue). The controller keeps its state in ``STATE_PARTITIONS`` (2), set here to each
+number compared; before, it had the session's ``spark.sql.shuffle.partitions`` (2 in the local
+preset; a cluster's default is 200). Writes bench/controller.json and bench/controller.png.
 
     .venv/bin/python bench/controller.py [--sizes 1 100 1000 5000] [--state-partitions 1 2 8] [--batches 5]
 """
@@ -30,6 +30,7 @@ from _report import figure, local_conf, machine, parser, write_report
 
 from spark_flow import declare, get_spark
 from spark_flow.controller import query as controller
+from spark_flow.flow.gate import Gate
 from spark_flow.flow.queue import Queue
 from spark_flow.ops.admin import FlowAdmin
 from spark_flow.records.home import Registry
@@ -87,6 +88,7 @@ def main() -> None:
     template = declare(spark, str(Path(tempfile.mkdtemp(prefix="spark-flow-bench-template-")) / "template"),
                        "id BIGINT, body STRING", settings={"stopCount": 2, "resumeCount": 1})
     spark.range(3).selectExpr("id", "'m' AS body").write.format("delta").mode("append").save(template.path)
+    Gate(template).step()  # held, as a gate records it: the copies' first look records no transition
     base = Path(tempfile.mkdtemp(prefix="spark-flow-bench-controller-"))
     results = report["results"]
     for size in args.sizes:
@@ -107,7 +109,8 @@ def main() -> None:
             first, cpu = len(query.recentProgress), cpu_seconds()
             while len(query.recentProgress) < first + args.batches and query.isActive:
                 time.sleep(0.05)
-            cpu, timed = cpu_seconds() - cpu, query.recentProgress[first:]
+            cpu, [opening, *progress] = cpu_seconds() - cpu, query.recentProgress
+            timed = progress[first - 1:]
             query.stop()
             durations = [p["durationMs"]["triggerExecution"] / 1000 for p in timed]
             median = statistics.median(durations)
@@ -115,6 +118,7 @@ def main() -> None:
                       for key in timed[0]["durationMs"] if key != "triggerExecution"}
             results[size]["state_partitions"][partitions] = {
                 "batch_seconds": durations, "median_batch_seconds": round(median, 3), "median_phase_seconds": phases,
+                "first_batch_seconds": opening["durationMs"]["triggerExecution"] / 1000,
                 "ms_per_queue": round(1000 * median / size, 2), "cpu_seconds_per_batch": round(cpu / len(timed), 2),
                 "queues_flow_stopped_in_status": int(FlowAdmin(home).status()["flow_stopped"].sum())}
             print(json.dumps({"queues": size, "state_partitions": partitions, **results[size]["state_partitions"][partitions]}))

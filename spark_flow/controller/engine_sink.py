@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from spark_flow.controller.observation import as_observation, command_rows, observe
 from spark_flow.controller.sink import ControllerSink
-from spark_flow.controller.step import ControllerState, as_row, commands, gone, step
+from spark_flow.controller.step import Machines, as_row, step_machines
 from spark_flow.records.commands import CommandLog
 from spark_flow.records.home import Registry
 
@@ -38,7 +38,7 @@ class EngineControllerSink:
         self.storage_options = dict(storage_options)
         self.forget_after_ms = forget_after_ms
         self.sink = ControllerSink(home, query_name, storage_options)
-        self.machines: dict[tuple[str, str], tuple[ControllerState, int]] = {}  # key -> state, when last observed
+        self.machines: Machines = {}
         self.commands_after: int | None = None  # the newest command id taken; None before the first batch
 
     @cached_property
@@ -53,19 +53,8 @@ class EngineControllerSink:
         return CommandLog(self.home, self.storage_options)
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        now = int(time.time() * 1000)
-        rows: list[dict[str, Any]] = []
-        for observed in map(as_observation, observe(self.registry.queues(), self.storage_options)):
-            key = (observed["queue"], observed["subscription"])
-            before = self.machines.get(key)
-            after, stepped = step(before[0] if before else None, observed)
-            self.machines[key] = (after, now)
-            rows += stepped
-        for key, (_state, seen) in list(self.machines.items()):
-            if now - seen >= self.forget_after_ms:
-                del self.machines[key]
-                rows.append(gone(*key, now))
-        rows += commands(self._commands())
+        observed = [*map(as_observation, observe(self.registry.queues(), self.storage_options)), *self._commands()]
+        rows = step_machines(self.machines, observed, int(time.time() * 1000), self.forget_after_ms)
         self.sink.write(batch.sparkSession, [as_row(row) for row in rows], batch_id)
 
     def _commands(self) -> list[dict[str, Any]]:

@@ -19,7 +19,6 @@ import json
 import logging
 import time
 from collections.abc import Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -42,13 +41,12 @@ from spark_flow.rules.pace import paced
 from spark_flow.rules.storage_options import storage_options
 from spark_flow.rules.units import parse_count
 from spark_flow.spark.offsets import Offset
+from spark_flow.store.looks import look_at_each
 
 log = logging.getLogger("spark_flow.controller.query")
 
 #: The key of command rows: no subscription has an empty name.
 COMMANDS_KEY = ""
-#: Queues looked at at once: each look mostly waits on storage.
-LOOKS_AT_ONCE = 8
 
 OBSERVATION_SCHEMA = (
     "kind STRING, queue STRING, path STRING, subscription STRING, observed_at BIGINT, position BIGINT, "
@@ -173,11 +171,10 @@ def now_ms() -> int:
 
 
 def observe(queues: Mapping[str, str], storage: Mapping[str, str]) -> list[ObservationRow]:
-    """One observation per queue (name -> path) and subscription: the queues looked at
-    :data:`LOOKS_AT_ONCE` at a time, then whether each consumer is held back by the queues it
-    writes to, each of those looked at once."""
-    with ThreadPoolExecutor(LOOKS_AT_ONCE) as pool:
-        looks = list(pool.map(lambda queue: _look(queue[0], queue[1], storage), queues.items()))
+    """One observation per queue (name -> path) and subscription (the queues looked at as
+    :func:`~spark_flow.store.looks.look_at_each` does), then whether each consumer is held back
+    by the queues it writes to, each of those looked at once."""
+    looks = look_at_each(queues, storage, lambda name, path: _look(name, path, storage)).values()
     stopped: dict[str, bool] = {}
     rows = []
     for sub, row in (entry for look in looks for entry in look):

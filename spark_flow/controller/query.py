@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from spark_flow.controller.engine_sink import EngineControllerSink
 from spark_flow.controller.observation import FlowControlDataSource
 from spark_flow.controller.sink import ControllerSink
-from spark_flow.controller.step import OUTPUT_SCHEMA, STATE_SCHEMA, FlowStep, step_input
+from spark_flow.controller.step import GROUP, OUTPUT_SCHEMA, STATE_SCHEMA, FlowStep, step_input
 from spark_flow.exceptions import ConfigurationError
 from spark_flow.flow.queue import open_queue
 from spark_flow.records.home import HOME_CONF, Registry, control_path
@@ -115,15 +115,39 @@ def start_controller(
         ticks = spark.readStream.format("rate").option("rowsPerSecond", TICKS_PER_SECOND).load()
         writer = ticks.writeStream.foreachBatch(EngineControllerSink(home, query_name, storage, forget_ms))
     else:
+        check_state_layout(spark, checkpoint)
         spark.dataSource.register(FlowControlDataSource)
         observations = spark.readStream.format("flowcontrol").option("home", home).options(**as_conf(storage)).load()
-        steps = step_input(observations).groupBy("queue", "subscription").applyInPandasWithState(
+        steps = step_input(observations).groupBy(GROUP).applyInPandasWithState(
             FlowStep(forget_ms), OUTPUT_SCHEMA, STATE_SCHEMA, "Update", GroupStateTimeout.ProcessingTimeTimeout)
         writer = steps.writeStream.outputMode("update").foreachBatch(ControllerSink(home, query_name, storage))
     writer = (writer.queryName(query_name).option("checkpointLocation", checkpoint)
               .trigger(**({"processingTime": trigger} if isinstance(trigger, str) else trigger)))
     with with_conf(spark, {"spark.sql.shuffle.partitions": str(STATE_PARTITIONS)}):  # Spark copies it at the start
         return writer.start()
+
+
+def check_state_layout(spark: SparkSession, checkpoint: str) -> None:
+    """Refuse a checkpoint whose state an earlier spark-flow's controller kept per queue and
+    subscription (this one keeps it by group: :mod:`spark_flow.controller.step`), before Spark
+    fails on it at the first batch and offers to skip its schema check. Read with Spark's
+    ``statestore`` source: its schema only, no job."""
+    from pyspark.errors import AnalysisException, SparkRuntimeException
+
+    try:
+        key = spark.read.format("statestore").load(checkpoint).schema["key"].dataType
+    except SparkRuntimeException as error:
+        if error.getCondition() != "STDS_COMMITTED_BATCH_UNAVAILABLE":  # no batch committed there yet
+            raise
+        return
+    except AnalysisException:  # a checkpoint without state
+        return
+    if GROUP not in getattr(key, "names", [GROUP]):
+        raise ConfigurationError(
+            "checkpoint_location", checkpoint, "a checkpoint of this version's controller",
+            "An earlier spark-flow's controller kept its state in another layout there: give a new checkpoint "
+            "location (or remove this one). The flow state and flowStoppedCount are the subscriptions "
+            "table's, so nothing is lost but the stall clocks and held-since times, which start again.")
 
 
 def stop_between_batches(query: StreamingQuery, timeout: float = 30.0) -> None:

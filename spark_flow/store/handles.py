@@ -39,6 +39,13 @@ def shared(kind: str, location: str, storage_options: Mapping[str, str] | None,
     return cast(T, found)  # stored here under its kind by this function
 
 
+def is_open(kind: str, location: str, storage_options: Mapping[str, str] | None) -> bool:
+    """Whether this process has its handle of ``kind`` on ``location`` already."""
+    key = (kind, normalize_path(location), tuple(sorted(dict(storage_options or {}).items())))
+    with _LOCK:
+        return key in _OPEN
+
+
 def forget(kind: str, location: str) -> None:
     """Drop the handles of ``kind`` on ``location`` (a queue declared again: its properties changed)."""
     path = normalize_path(location)

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from deltalake import DeltaTable
 
-from spark_flow.controller.step import ControllerState, step
+from spark_flow.controller.observation import COMMANDS_KEY
+from spark_flow.controller.step import ControllerState, Machines, step, step_machines
 from spark_flow.records.status import append_history
 
 
@@ -95,6 +96,32 @@ class TestStep:
         state, _ = step(None, observation(stall_timeout=1.0))
         _, rows = step(state, observation(stall_timeout=1.0, observed_at=60_000))
         assert not rows[0]["stalled"]
+
+
+class TestMachines:
+    """A group of the controller's state: the machines of many subscriptions stepped at once."""
+
+    def test_each_subscription_is_stepped_with_its_newest_observation(self) -> None:
+        machines: Machines = {}
+        rows = step_machines(machines, [observation(depth_count=6, observed_at=9_000),
+                                        observation(depth_count=1, observed_at=10_000),
+                                        observation(queue="r", depth_count=6)], 10_000, 60_000)
+        assert {(r["queue"], r["flow_stopped"]) for r in rows if r["kind"] == "status"} == {("q", False), ("r", True)}
+        assert machines[("r", "default")] == (ControllerState(True, 1, 0, 10_000, held_since=10_000), 10_000)
+
+    def test_a_subscription_not_observed_for_forget_after_is_gone(self) -> None:
+        machines: Machines = {}
+        step_machines(machines, [observation(), observation(queue="r")], 10_000, 5_000)
+        rows = step_machines(machines, [observation(observed_at=14_000)], 14_000, 5_000)
+        assert [r["kind"] for r in rows] == ["status"]
+        rows = step_machines(machines, [observation(observed_at=15_000)], 15_000, 5_000)
+        assert [(r["kind"], r["queue"]) for r in rows] == [("status", "q"), ("gone", "r")]
+        assert list(machines) == [("q", "default")]
+
+    def test_commands_come_out_in_the_order_issued_beside_the_steps(self) -> None:
+        issued = [observation(subscription=COMMANDS_KEY, command_id=i, command="stop-producers") for i in (7, 3)]
+        rows = step_machines({}, [*issued, observation()], 10_000, 60_000)
+        assert [(r["kind"], r.get("command_id")) for r in rows] == [("status", None), ("command", 3), ("command", 7)]
 
 
 def test_replayed_batch_adds_only_transitions_its_first_attempt_missed(tmp_path: Path) -> None:

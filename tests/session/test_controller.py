@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
@@ -101,6 +102,38 @@ def test_a_controller_keeps_its_state_in_two_partitions_whatever_the_session_s_s
     assert controller.awaitTermination(120) and controller.exception() is None
     [look] = controller.recentProgress
     assert [op["numShufflePartitions"] for op in look["stateOperators"]] == [2]
+    again = start_controller(spark, home, checkpoint_location=str(tmp_path / "controller"), trigger={"availableNow": True})
+    assert again.awaitTermination(120) and again.exception() is None, "its own checkpoint goes on"
+
+
+def test_a_checkpoint_whose_state_an_earlier_controller_kept_per_subscription_is_refused_before_the_start(
+        spark: SparkSession, tmp_path: Path) -> None:
+    """Before 48 the controller kept a state row per (queue, subscription); Spark would fail on
+    such a checkpoint at the first batch and suggest skipping its schema check. The checkpoint
+    here is made by a query of that layout."""
+    from pyspark.sql.streaming.state import GroupStateTimeout
+
+    keys, checkpoint = str(tmp_path / "keys"), str(tmp_path / "controller")
+    spark.createDataFrame([("q", "default")], "queue STRING, subscription STRING").write.format("delta").save(keys)
+
+    def keep(key: tuple[str, str], frames: Iterator[Any], state: Any) -> Iterator[Any]:
+        state.update((False, 0, -1, -1, False, -1))
+        yield from frames
+
+    earlier = (spark.readStream.format("delta").load(keys).groupBy("queue", "subscription")
+               .applyInPandasWithState(keep, "queue STRING, subscription STRING", EARLIER_STATE, "Update",
+                                       GroupStateTimeout.NoTimeout)
+               .writeStream.outputMode("update").format("noop").option("checkpointLocation", checkpoint)
+               .trigger(availableNow=True).start())
+    assert earlier.awaitTermination(120) and earlier.exception() is None
+    with pytest.raises(ConfigurationError, match=r"checkpoint_location=.*give a new checkpoint location"):
+        start_controller(spark, str(tmp_path / "home"), checkpoint_location=checkpoint)
+    assert not spark.streams.active
+
+
+#: The state of a controller before 48: one row per queue and subscription.
+EARLIER_STATE = ("flow_stopped BOOLEAN, flow_stopped_count BIGINT, position BIGINT, progress_at BIGINT, "
+                 "stalled BOOLEAN, held_since BIGINT")
 
 
 @pytest.fixture(scope="module")
