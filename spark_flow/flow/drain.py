@@ -32,7 +32,8 @@ def measured_backlog(queue: Queue) -> list[tuple[Subscription, Depth, Drained]]:
         _seen[queue.path] = latest if seen is None else max(seen, latest)
     arrived = queue.ledger.commits(seen, latest) if seen is not None and seen < latest else []
     backlog = queue.backlog(refresh=False)
-    count, writers, now = sum(c.count for c in arrived), [c.producer for c in arrived if c.producer], time.monotonic()
+    count, now = sum(c.count for c in arrived), time.monotonic()
+    writers = [(c.producer, c.weight) for c in arrived if c.producer]
     measured = []
     with _lock:
         for sub, depth in backlog:

@@ -12,7 +12,7 @@ producers are flow-controlled at all (policy ``flow``, ``producerFlowControl``).
 The sink asks the gate, in order: whether a batch is refused before anything is written
 (:meth:`Gate.refuse`: ``ring-strict``, ``onFull`` reject), how many messages it may write now
 (:meth:`Gate.admit`: the capacity window, Qpid's, within one second of the producer's publish
-rate and half a paced queue's band shared by its producers), when each write may start
+rate and this producer's part of half a paced queue's band), when each write may start
 (:meth:`Gate.throttle`: the publish rate, Pulsar's, and a paced queue's pace,
 :mod:`spark_flow.rules.pace`), to make
 room in a ring (:meth:`Gate.make_room`), and whether the batch may complete
@@ -100,7 +100,7 @@ class Gate:
         self.home = open_home(queue.home, queue.storage_options) if queue.home else None
         self.publish_rate = PublishRateLimiter(self.producer.msg_publish_rate, self.producer.byte_publish_rate)
         self._paced: tuple[float, int] = (-math.inf, 0)  # when the last paced write started, its messages
-        self._pacing_producers = 1  # how many producers shared the pace at the last look
+        self._pacing_part = 1.0  # this producer's part of the pace at the last look
 
     def step(self, producer: str | None = None) -> GateStatus:
         """Look at the queue now: depth per subscription, state machine stepped and recorded;
@@ -122,9 +122,10 @@ class Gate:
             else:
                 break
         # the slowest subscription's pace: every subscription gets its next batch, none piles up
-        pace = min((p for _, depth, drained in backlog if (p := paced(settings, depth.count, drained, producer))),
+        weight = self.producer.pacing_weight
+        pace = min((p for _, depth, drained in backlog if (p := paced(settings, depth.count, drained, producer, weight))),
                    key=lambda p: p.rate, default=None)
-        self._pacing_producers = pace.producers if pace is not None else 1
+        self._pacing_part = pace.part if pace is not None else 1.0
         return GateStatus(queue.name, settings, {sub.name: depth for sub, depth, _ in backlog}, states, home, pace)
 
     def refuse(self, batch: Depth, is_active: Callable[[], bool]) -> float:
@@ -168,7 +169,7 @@ class Gate:
             settings = status.settings
         window = self.producer.capacity if self._limited(settings) else math.inf
         if settings.pacing:  # the producers' writes due at one moment land under the stop together
-            window = min(window, max(1, chunk(settings.thresholds) // self._pacing_producers))
+            window = min(window, max(1, int(chunk(settings.thresholds) * self._pacing_part)))
         return held, min(window, self.publish_rate.window(batch.count, batch.size))
 
     def throttle(self, write: Depth, is_active: Callable[[], bool], producer: str | None = None) -> float:

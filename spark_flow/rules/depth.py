@@ -84,7 +84,7 @@ class Position:
 class Commit:
     """One commit of a queue table: its version, time (ms since epoch) and what it enqueued.
 
-    A sink's commit also says which producer, streaming query and micro-batch wrote it, and how
+    A sink's commit also says which producer (and its ``pacingWeight``), streaming query and micro-batch wrote it, and how
     long that batch had been held (flow control) and throttled (publish rate, pace) before this
     write: what a query listener in any process reports."""
 
@@ -94,6 +94,7 @@ class Commit:
     size: int
     query: str | None = None
     producer: str | None = None
+    weight: int = 1
     batch: int | None = None
     held: float = 0.0
     throttled: float = 0.0
@@ -144,6 +145,7 @@ def _sink_metadata(user_metadata: Any) -> dict[str, Any] | None:
             return None
         count, size = int(flow["count"]), int(flow["size"])
         fields = {"count": count, "size": size, "query": flow.get("query"), "producer": flow.get("producer"),
+                  "weight": max(1, int(flow.get("weight", 1))),
                   "batch": None if flow.get("batch") is None else int(flow["batch"]),
                   "held": float(flow.get("held", 0.0)), "throttled": float(flow.get("throttled", 0.0))}
     except (KeyError, TypeError, ValueError):

@@ -113,6 +113,7 @@ KEYS: dict[str, Key] = {
         Key("pollInterval", _positive_duration, 1.0, "Longest wait between two looks at a held queue's depth.", "producer"),
         Key("msgPublishRate", parse_count, 0, "A producer's publish rate in messages per second: its writes are paced under it (0 = no limit).", "producer"),
         Key("bytePublishRate", parse_size, 0, "A producer's publish rate in bytes per second (1m = 1 MiB/s): its writes are paced under it (0 = no limit).", "producer"),
+        Key("pacingWeight", _positive_count, 1, "A producer's share of a paced queue's rate against the other producers writing to it (1 each unless set): 2 is admitted twice what 1 is.", "producer"),
         Key("io", parse_io, "auto", "How this process reads and writes the tables: " + ", ".join(IO_MODES) + " (auto: deltalake where this Python reaches the storage, the engine otherwise).", "process"),
         Key("home", _text, None, "The control plane's location: queue registry, status, history, commands; default state of new queues.", "home"),
         Key("homeStopCount", parse_count, None, "Every producer of the home is held when the home's depth exceeds this many messages (0 = not used).", "home"),

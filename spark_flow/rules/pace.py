@@ -9,8 +9,9 @@ rate plus the gap between the depth and the middle of the band closed over :data
 seconds: the depth settles at the target, where the consumer always finds its next batch, and
 the rate follows a consumer that speeds up, slows down or stops (the drain is measured over the
 last :data:`WINDOW` seconds, a fall of it over the last :data:`RECENT`). Several producers of
-one queue share the rate equally: each writes its share, the rate divided by the producers that
-wrote in the window, itself included.
+one queue share the rate by their ``pacingWeight`` (1 each unless set, so equally): each writes
+its weight's part of the rate, against the weights of the producers that wrote in the window,
+itself included (a commit names its producer and weight).
 
 Each process measures the drain from its own looks at the queue (the messages that arrived
 between two looks, less what the depth grew: :mod:`spark_flow.flow.drain`), so pacing needs no
@@ -21,8 +22,8 @@ algorithm does: a write may start once the one before it is paid for at the rate
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 
 from spark_flow.rules.flow_state import Thresholds
 from spark_flow.rules.settings import QueueSettings
@@ -49,37 +50,47 @@ def chunk(thresholds: Thresholds) -> int:
 @dataclass(frozen=True)
 class Pace:
     """The pace in force for one producer: the measured drain rate (None until the window holds
-    two looks a second apart), the rate the queue's producers are admitted at, and how many
-    producers share it."""
+    two looks a second apart), the rate the queue's producers are admitted at, how many
+    producers share it, this producer's weight and the weights of all of them together."""
 
     drain: float | None
     rate: float
     producers: int
+    weight: int = 1
+    weights: int = 1
+
+    @property
+    def part(self) -> float:
+        """This producer's part of the rate: its weight against all the sharing producers'."""
+        return self.weight / self.weights
 
     @property
     def share(self) -> float:
         """This producer's rate: messages per second."""
-        return self.rate / self.producers
+        return self.rate * self.part
 
 
 @dataclass(frozen=True)
 class Drained:
     """A subscription's drain as measured: messages a second (None until the window holds two
-    looks a second apart), and the producers that wrote to the queue in the window."""
+    looks a second apart), and the producers that wrote to the queue in the window, with their
+    weights."""
 
     rate: float | None = None
-    writers: frozenset[str] = frozenset()
+    writers: Mapping[str, int] = field(default_factory=dict)
 
-    def pace(self, thresholds: Thresholds, depth: int, producer: str | None) -> Pace:
-        """The pace in force for ``producer`` at the subscription's ``depth``."""
+    def pace(self, thresholds: Thresholds, depth: int, producer: str | None, weight: int = 1) -> Pace:
+        """The pace in force for ``producer`` of ``weight`` at the subscription's ``depth``."""
         rate = max(0.0, (self.rate or 0.0) + (target(thresholds) - depth) / HORIZON)
-        return Pace(self.rate, rate, max(1, len(self.writers | ({producer} if producer else set()))))
+        writers = {**self.writers, **({producer: weight} if producer else {})}
+        return Pace(self.rate, rate, max(1, len(writers)), weight, max(weight, sum(writers.values())))
 
 
-def paced(settings: QueueSettings, depth: int, drained: Drained, producer: str | None = None) -> Pace | None:
-    """The pace in force at a subscription's ``depth`` for ``producer`` (None: any), None if the
-    queue is not paced."""
-    return drained.pace(settings.thresholds, depth, producer) if settings.pacing else None
+def paced(settings: QueueSettings, depth: int, drained: Drained, producer: str | None = None,
+          weight: int = 1) -> Pace | None:
+    """The pace in force at a subscription's ``depth`` for ``producer`` of ``weight`` (None:
+    any), None if the queue is not paced."""
+    return drained.pace(settings.thresholds, depth, producer, weight) if settings.pacing else None
 
 
 class DrainMeter:
@@ -89,16 +100,16 @@ class DrainMeter:
         self.window = window
         self._looks: deque[tuple[float, int, int]] = deque()  # (time.monotonic(), arrived so far, depth)
         self._arrived = 0
-        self._writers: deque[tuple[float, str]] = deque()  # (when seen, producer) of the window's commits
+        self._writers: deque[tuple[float, str, int]] = deque()  # (when seen, producer, weight) of the window's commits
 
-    def look(self, now: float, depth: int, arrived: int, writers: Iterable[str]) -> None:
+    def look(self, now: float, depth: int, arrived: int, writers: Iterable[tuple[str, int]]) -> None:
         """Record a look: the depth now, and the messages that arrived since the last look and
-        the producers that wrote them."""
+        the producers that wrote them, with their weights."""
         self._arrived += arrived
         self._looks.append((now, self._arrived, depth))
         while len(self._looks) > 2 and now - self._looks[1][0] >= self.window:
             self._looks.popleft()
-        self._writers.extend((now, writer) for writer in writers)
+        self._writers.extend((now, writer, weight) for writer, weight in writers)
         while self._writers and now - self._writers[0][0] > self.window:
             self._writers.popleft()
 
@@ -111,7 +122,7 @@ class DrainMeter:
         now = self._looks[-1][0]
         recent = next((look for look in reversed(self._looks) if now - look[0] >= RECENT), None)
         rates = [rate for first in (self._looks[0], recent) if (rate := self._since(first)) is not None]
-        return Drained(min(rates, default=None), frozenset(writer for _, writer in self._writers))
+        return Drained(min(rates, default=None), {writer: weight for _, writer, weight in self._writers})
 
     def _since(self, first: tuple[float, int, int] | None) -> float | None:
         """The drain between ``first`` and the last look; None over less than a second."""

@@ -197,8 +197,8 @@ def _raise_above(origins: Mapping[str, str], key: str, value: Any, limit_key: st
 @dataclass(frozen=True)
 class ProducerSettings:
     """One producer's settings: its capacity window, what it does while its queue is
-    flow-stopped (hold, reject, reject-after) and its publish rate (messages and bytes per
-    second, 0 = no limit), parsed once where the sink is made."""
+    flow-stopped (hold, reject, reject-after), its publish rate (messages and bytes per second,
+    0 = no limit) and its weight in a paced queue's shares, parsed once where the sink is made."""
 
     capacity: int = 10_000
     on_full: OnFull = "hold"
@@ -206,6 +206,7 @@ class ProducerSettings:
     poll_interval: float = 1.0
     msg_publish_rate: int = 0
     byte_publish_rate: int = 0
+    pacing_weight: int = 1
 
 
 def producer_settings(queue: str, options: Mapping[str, Any] | None = None,
@@ -219,4 +220,4 @@ def producer_settings(queue: str, options: Mapping[str, Any] | None = None,
     for name, raw in producer_options(options or {}).items():
         values[name] = KEYS[name].parse(name, raw)
     return ProducerSettings(values["capacity"], values["onFull"], values["rejectTimeout"], values["pollInterval"],
-                            values["msgPublishRate"], values["bytePublishRate"])
+                            values["msgPublishRate"], values["bytePublishRate"], values["pacingWeight"])

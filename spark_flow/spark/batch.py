@@ -57,11 +57,13 @@ class BatchContext:
         base = self.txn_version(0)
         return last_txn_version - base if last_txn_version is not None and last_txn_version >= base else 0
 
-    def commit_metadata(self, path: str, count: int, size: int) -> str:
-        """A commit's ``userMetadata``: its messages and bytes (the ledger's depth), and the
-        producer, query, batch and seconds held and throttled so far (a query listener's report,
-        in whatever process)."""
+    def commit_metadata(self, path: str, count: int, size: int, weight: int = 1) -> str:
+        """A commit's ``userMetadata``: its messages and bytes (the ledger's depth), the
+        producer and its ``pacingWeight`` (its share of a paced queue's rate, as every other
+        producer's look reads it), and the query, batch and seconds held and throttled so far (a
+        query listener's report, in whatever process)."""
         return json.dumps({METADATA_KEY: {"count": int(count), "size": int(size), "producer": self.app_id,
+                                          "weight": int(weight),
                                           "batch": self.batch_id, "query": self.query_id,
                                           "held": round(self.held.get(path, 0.0), 3),
                                           "throttled": round(self.throttled.get(path, 0.0), 3)}})

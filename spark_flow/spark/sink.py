@@ -310,9 +310,9 @@ class QueueSink:
     def _write(self, rows: DataFrame, dest: str, context: BatchContext, written: int, count: int, size: int) -> None:
         """Append ``count`` rows (``size`` bytes) as one idempotent commit that brings the
         batch's messages in this queue to ``written``."""
-        path = self._writers[dest].queue.path
+        path, weight = self._writers[dest].queue.path, self._gates[dest].producer.pacing_weight
         self._writers[dest].append(rows, context.app_id, context.txn_version(written),
-                                   context.commit_metadata(path, count, size))
+                                   context.commit_metadata(path, count, size, weight))
 
     def _hold(self, context: BatchContext, gates: Mapping[str, Gate], enqueued: Mapping[str, Depth]) -> None:
         """Complete the batch only when every destination queue is flow-OFF in one pass."""

@@ -1,6 +1,6 @@
 """The pacing rules (issue 48): the drain rate a producer measures from its looks, the rate it is
-admitted at (the drain plus the depth's gap to the middle of the band), and equal shares between
-the producers that wrote in the window. The mode on real Spark is in tests/session/test_pacing.py."""
+admitted at (the drain plus the depth's gap to the middle of the band), and shares between the
+producers that wrote in the window, by their weights. The mode on real Spark is in tests/session/test_pacing.py."""
 
 from __future__ import annotations
 
@@ -21,14 +21,14 @@ def test_the_drain_is_what_arrived_less_what_the_depth_grew() -> None:
     meter = DrainMeter()
     meter.look(0.0, depth=100, arrived=0, writers=[])
     assert meter.measured().rate is None  # one look measures nothing
-    meter.look(2.0, depth=90, arrived=20, writers=["p"])
+    meter.look(2.0, depth=90, arrived=20, writers=[("p", 1)])
     assert meter.measured().rate == pytest.approx(15.0)  # 30 messages left in 2 s
 
 
 def test_a_stopped_consumer_paces_the_producer_to_the_target_and_no_further() -> None:
     meter = DrainMeter()
     meter.look(0.0, depth=0, arrived=0, writers=[])
-    meter.look(2.0, depth=100, arrived=100, writers=["p"])  # nothing drained
+    meter.look(2.0, depth=100, arrived=100, writers=[("p", 1)])  # nothing drained
     assert meter.measured().rate == 0.0
     assert meter.measured().pace(BAND, 100, "p").rate == pytest.approx(50 / HORIZON)  # closes the gap to 150
     assert meter.measured().pace(BAND, 150, "p").rate == 0.0
@@ -38,7 +38,7 @@ def test_a_stopped_consumer_paces_the_producer_to_the_target_and_no_further() ->
 def test_the_rate_follows_the_drain_at_the_target() -> None:
     meter = DrainMeter()
     for second in range(5):  # the depth stands at 150 while 40 messages a second arrive: 40 drained a second
-        meter.look(float(second), depth=150, arrived=40 if second else 0, writers=["p"] if second else [])
+        meter.look(float(second), depth=150, arrived=40 if second else 0, writers=[("p", 1)] if second else [])
     assert meter.measured().pace(BAND, 150, "p").rate == pytest.approx(40.0)
 
 
@@ -63,9 +63,21 @@ def test_a_consumer_that_stops_is_followed_at_once() -> None:
 def test_producers_that_wrote_in_the_window_share_the_rate_equally() -> None:
     meter = DrainMeter()
     meter.look(0.0, depth=150, arrived=0, writers=[])
-    meter.look(1.0, depth=150, arrived=60, writers=["a", "b", "b", "c"])
+    meter.look(1.0, depth=150, arrived=60, writers=[("a", 1), ("b", 1), ("b", 1), ("c", 1)])
     pace = meter.measured().pace(BAND, 150, "a")
     assert pace.producers == 3 and pace.share == pytest.approx(pace.rate / 3)
     assert meter.measured().pace(BAND, 150, "d").producers == 4  # a producer about to write counts itself
-    meter.look(1.0 + WINDOW + 1, depth=150, arrived=0, writers=["a"])
+    meter.look(1.0 + WINDOW + 1, depth=150, arrived=0, writers=[("a", 1)])
     assert meter.measured().pace(BAND, 150, "a").producers == 1  # the others wrote nothing in the window
+
+
+def test_producers_share_the_rate_by_their_weights() -> None:
+    meter = DrainMeter()
+    meter.look(0.0, depth=150, arrived=0, writers=[])
+    meter.look(1.0, depth=150, arrived=60, writers=[("a", 1), ("b", 3)])
+    drained = meter.measured()
+    assert drained.pace(BAND, 150, "a").share == pytest.approx(drained.pace(BAND, 150, "a").rate / 4)
+    assert drained.pace(BAND, 150, "b", 3).share == pytest.approx(drained.pace(BAND, 150, "b", 3).rate * 3 / 4)
+    assert drained.pace(BAND, 150, "c", 4).part == pytest.approx(4 / 8)  # about to write: its own weight counts
+    meter.look(2.0, depth=150, arrived=0, writers=[("b", 1)])  # b's weight set back to 1 since
+    assert meter.measured().pace(BAND, 150, "a").part == pytest.approx(1 / 2)

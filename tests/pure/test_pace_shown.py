@@ -37,7 +37,7 @@ def test_a_paced_queues_drain_and_pace_are_in_the_view_why_the_metrics_and_the_c
     view = views[-1]
     sub = view.queues["events"].subscriptions[0]
     assert sub.drain_rate is not None and 0 < sub.drain_rate <= 30
-    assert sub.pace == Pace(sub.drain_rate, pytest.approx(sub.drain_rate + (150 - 30) / HORIZON), 2)
+    assert sub.pace == Pace(sub.drain_rate, pytest.approx(sub.drain_rate + (150 - 30) / HORIZON), 2, 1, 2)
     assert view.queues["plain"].subscriptions[0].pace is None and plain.settings().pacing is False
 
     [stage] = explain(view, "events")

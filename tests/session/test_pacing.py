@@ -12,8 +12,11 @@ from pyspark.sql import SparkSession
 from support.docs import python_blocks
 from support.streams import start_consumer, start_producer, wait_until
 
-from spark_flow.flow.queue import Queue
+from spark_flow.flow.gate import Gate
+from spark_flow.flow.queue import Queue, open_queue
+from spark_flow.rules.settings import producer_settings
 from spark_flow.spark.declare import declare
+from spark_flow.spark.sink import QueueSink
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -62,3 +65,19 @@ def test_a_paced_producer_waits_under_stop_for_its_consumer_and_follows_it(spark
         assert settled(queue) <= 250, "above stop + a write"
     finally:
         producer.stop()
+
+
+def test_a_producer_s_pacing_weight_is_in_its_commits_and_the_other_producers_shares(
+        spark: SparkSession, tmp_path: Path) -> None:
+    """``pacingWeight`` 3 (a producer setting): the sink's commits name it beside the producer, so
+    another producer's look at the queue (a gate of weight 1, here in the same process: the
+    meters are the process's) takes a quarter of the pace, and the heavy one three quarters."""
+    path = str(tmp_path / "q")
+    declare(spark, path, "id BIGINT, body STRING", settings={"stopCount": 200, "resumeCount": 100, "pacing": True})
+    heavy = QueueSink(path, options={"pacingWeight": 3}, app_id="heavy")
+    heavy(spark.createDataFrame([(i, "m") for i in range(10)], "id BIGINT, body STRING"), 0)
+    assert {c.producer: c.weight for c in Queue(path).ledger.commits(-1, Queue(path).refresh()) if c.producer} \
+        == {"heavy": 3}
+    light = Gate(open_queue(path), producer_settings(path, {"pacingWeight": 1})).step("light").pace
+    assert light is not None and (light.producers, light.part) == (2, 1 / 4)
+    assert heavy._gates[path].step("heavy").pace.part == 3 / 4  # type: ignore[union-attr]

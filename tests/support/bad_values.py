@@ -24,5 +24,6 @@ CONF_VALUES = [
     ("homeResumeSize", "-1k", SIZE), ("msgPublishRate", "fast", WHOLE), ("bytePublishRate", "1 parsec/s", SIZE),
     ("messageTtl", "soon", DURATION), ("maxDeliveries", "-1", WHOLE),
     ("deadLetterQueue", " ", "a queue: a path or a catalog table name"), ("maxDeadLettersPerBatch", "0", "a whole number >= 1"),
+    ("pacingWeight", "0", "a whole number >= 1"),
     ("io", "jdbc", "one of auto, deltalake, engine"),
 ]
