@@ -132,15 +132,13 @@ def check_state_layout(spark: SparkSession, checkpoint: str) -> None:
     subscription (this one keeps it by group: :mod:`spark_flow.controller.step`), before Spark
     fails on it at the first batch and offers to skip its schema check. Read with Spark's
     ``statestore`` source: its schema only, no job."""
-    from pyspark.errors import AnalysisException, SparkRuntimeException
+    from pyspark.errors import SparkRuntimeException
 
     try:
         key = spark.read.format("statestore").load(checkpoint).schema["key"].dataType
     except SparkRuntimeException as error:
-        if error.getCondition() != "STDS_COMMITTED_BATCH_UNAVAILABLE":  # no batch committed there yet
+        if error.getCondition() not in _NO_STATE:
             raise
-        return
-    except AnalysisException:  # a checkpoint without state
         return
     if GROUP not in getattr(key, "names", [GROUP]):
         raise ConfigurationError(
@@ -148,6 +146,11 @@ def check_state_layout(spark: SparkSession, checkpoint: str) -> None:
             "An earlier spark-flow's controller kept its state in another layout there: give a new checkpoint "
             "location (or remove this one). The flow state and flowStoppedCount are the subscriptions "
             "table's, so nothing is lost but the stall clocks and held-since times, which start again.")
+
+
+#: What Spark's ``statestore`` source says of a checkpoint with no state to read: no batch
+#: committed there yet, or a query's that kept none.
+_NO_STATE = ("STDS_COMMITTED_BATCH_UNAVAILABLE", "STDS_FAILED_TO_READ_STATE_SCHEMA")
 
 
 def stop_between_batches(query: StreamingQuery, timeout: float = 30.0) -> None:

@@ -31,6 +31,7 @@ from spark_flow.store.looks import look_at_each
 
 log = logging.getLogger("spark_flow.ops.view")
 
+
 @dataclass(frozen=True)
 class SubscriptionView:
     """One subscription as its tables say now. ``downstream`` names the queues its consumer

@@ -84,9 +84,9 @@ class Position:
 class Commit:
     """One commit of a queue table: its version, time (ms since epoch) and what it enqueued.
 
-    A sink's commit also says which producer (and its ``pacingWeight``), streaming query and micro-batch wrote it, and how
-    long that batch had been held (flow control) and throttled (publish rate, pace) before this
-    write: what a query listener in any process reports."""
+    A sink's commit also says which producer (with its ``pacingWeight``), streaming query and
+    micro-batch wrote it, and how long that batch had been held (flow control) and throttled
+    (publish rate, pace) before this write: what a query listener in any process reports."""
 
     version: int
     timestamp: int

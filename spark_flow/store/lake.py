@@ -111,10 +111,10 @@ class LakeTable:
 
         A table with no commit after the handle's version reads nothing more: Delta writes
         commit n + 1 only as its file, so one request for that file says whether anything
-        changed, where deltalake's catch-up lists the log folder (4 of a controller's look's 5
-        requests at 10,000 queues). Log cleanup removes only commits older than its retention
-        (30 days by default), so a handle caught up in full at least every
-        :data:`FULL_CATCH_UP_SECONDS` never misses a commit cleaned up behind it."""
+        changed, where deltalake's catch-up lists the log folder (on a local disk 0.5 ms against
+        a stat's 0.002: most of a controller's look at 10,000 queues). Log cleanup removes only
+        commits older than its retention (30 days by default), so a handle caught up in full at
+        least every :data:`FULL_CATCH_UP_SECONDS` never misses a commit cleaned up behind it."""
         if time.monotonic() - self._caught_up < FULL_CATCH_UP_SECONDS and not self.has_commit(self.version() + 1):
             return self.version()
         self._caught_up = time.monotonic()
