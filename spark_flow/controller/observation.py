@@ -29,6 +29,7 @@ from spark_flow.exceptions import ConfigurationError
 from spark_flow.flow.drain import measured_backlog
 from spark_flow.flow.expiry import expire
 from spark_flow.flow.homeflow import open_home
+from spark_flow.flow.looks import look_at_each
 from spark_flow.flow.queue import open_queue
 from spark_flow.records.commands import HOME_COMMANDS, CommandLog
 from spark_flow.records.home import Registry
@@ -41,7 +42,6 @@ from spark_flow.rules.pace import paced
 from spark_flow.rules.storage_options import storage_options
 from spark_flow.rules.units import parse_count
 from spark_flow.spark.offsets import Offset
-from spark_flow.store.looks import look_at_each
 
 log = logging.getLogger("spark_flow.controller.query")
 
@@ -172,7 +172,7 @@ def now_ms() -> int:
 
 def observe(queues: Mapping[str, str], storage: Mapping[str, str]) -> list[ObservationRow]:
     """One observation per queue (name -> path) and subscription (the queues looked at as
-    :func:`~spark_flow.store.looks.look_at_each` does), then whether each consumer is held back
+    :func:`~spark_flow.flow.looks.look_at_each` does), then whether each consumer is held back
     by the queues it writes to, each of those looked at once."""
     looks = look_at_each(queues, storage, lambda name, path: _look(name, path, storage)).values()
     stopped: dict[str, bool] = {}

@@ -104,6 +104,10 @@ class Queue:
             raise self.owner.gone()
         return latest
 
+    def has_news(self) -> bool:
+        """Whether the queue has a commit after the version its handle read (one request)."""
+        return self._table.has_commit(self._table.version() + 1)
+
     def version(self) -> int:
         """The queue's latest version as of the last :meth:`refresh`."""
         return self._table.version()

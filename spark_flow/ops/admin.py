@@ -24,6 +24,7 @@ from spark_flow.flow.dead_letter_queue import KEY as DEAD_LETTER_QUEUE
 from spark_flow.flow.dead_letter_queue import Origin, check_dead_letter_queue, dead_letter_queue, registered, replay
 from spark_flow.flow.deletion import DeletedQueue, delete_queue
 from spark_flow.flow.homeflow import HOME_QUEUE, HOME_ROW, open_home
+from spark_flow.flow.looks import READS_AT_ONCE
 from spark_flow.flow.queue import Queue, open_queue
 from spark_flow.records.commands import (
     ALL_QUEUES,
@@ -40,7 +41,6 @@ from spark_flow.records.subscriptions import DEFAULT_SUBSCRIPTION, Subscription
 from spark_flow.rules.keys import QUEUE_KEYS, home_setting, pattern_matches, queue_setting
 from spark_flow.rules.names import normalize_path, queue_ref
 from spark_flow.rules.settings import home_thresholds, queue_settings
-from spark_flow.store.looks import READS_AT_ONCE
 
 if TYPE_CHECKING:
     import pandas as pd

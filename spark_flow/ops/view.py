@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from spark_flow.exceptions import QueueNotFoundError, SubscriptionNotFoundError, one_line
 from spark_flow.flow.drain import measured_backlog
 from spark_flow.flow.homeflow import HOME_ROW, HomeFlow, home_depth, open_home
+from spark_flow.flow.looks import look_at_each
 from spark_flow.flow.queue import open_queue
 from spark_flow.records.status import control_table
 from spark_flow.records.subscriptions import Subscription
@@ -27,7 +28,6 @@ from spark_flow.rules.flow_state import FlowState, Thresholds, producers_held
 from spark_flow.rules.names import normalize_path
 from spark_flow.rules.pace import Drained, Pace, paced
 from spark_flow.rules.settings import QueueSettings
-from spark_flow.store.looks import look_at_each
 
 log = logging.getLogger("spark_flow.ops.view")
 
