@@ -1,5 +1,6 @@
 """Two producer applications (separate JVMs: the producer job, twice) appending to one queue at
-the same time; and how the suite runs processes (its xdist groups, a job's timeout)."""
+the same time, and sharing a paced one by their weights; and how the suite runs processes (its
+xdist groups, a job's timeout)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ import pytest
 from _common import start_job
 from pyspark.sql import SparkSession
 from support.processes import spark_submit
+from support.streams import drain, start_consumer
 
+from spark_flow.flow.queue import Queue
 from spark_flow.spark.declare import declare
 
 pytestmark = pytest.mark.processes
@@ -46,6 +49,55 @@ def test_two_producer_processes_counts_and_depth_exact(spark: SparkSession, tmp_
     depth = queue.depths()["default"]
     assert depth.count == 2 * batches * rows
     assert depth.size == 2 * batches * rows * (8 + 2)  # a long id and a two-byte producer name
+
+
+def test_two_producer_processes_share_a_paced_queue_by_their_pacing_weights(spark: SparkSession,
+                                                                          tmp_path: Path) -> None:
+    """Two producer applications on a paced queue (stop 200 / resume 100: paced writes of at most
+    50 messages together), ``spark.flow.pacingWeight=3`` in one's conf: each process learns the
+    other's weight from the queue's commits, so once both have written the heavy one writes at
+    most 37 messages at a time and the light one 12, and while both have data the heavy one is
+    admitted well over what the light one is (a short run's shares are rough: bench/flow_control.py
+    measures them over minutes); every message is enqueued once and consumed once."""
+    path = str(tmp_path / "q")
+    declare(spark, path, "id BIGINT, producer STRING",
+            settings={"stopCount": 200, "resumeCount": 100, "pacing": True})
+    batches, rows = 4, 60
+    output = tmp_path / "out"
+    consumer = start_consumer(spark, path, tmp_path / "c", output, maxRecordsPerTrigger=20)  # a pace to share
+    try:
+        procs = {}
+        for name, weight in (("heavy", "3"), ("light", "1")):
+            write_batches(tmp_path / name, name, batches, rows)
+            procs[name] = start_job("producer", "--queue", path, "--name", name, "--source", "files",
+                                    "--path", str(tmp_path / name), "--max-files-per-trigger", "1",
+                                    "--available-now", "--checkpoint", str(tmp_path / f"cp_{name}"),
+                                    conf={"spark.flow.pacingWeight": weight},
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for proc in procs.values():
+            out, _ = proc.communicate(timeout=300)
+            assert proc.returncode == 0, out[-3000:]
+        queue = Queue(path)
+        drain(queue, 120)
+    finally:
+        consumer.stop()
+    commits = [c for c in queue.ledger.commits(-1, queue.refresh()) if c.count]
+    app_ids = {name: "spark-flow/" + json.loads((tmp_path / f"cp_{name}" / "metadata").read_text())["id"]
+               for name in procs}  # a sink's producer in a streaming query: its query's id
+    by_producer = {name: [c for c in commits if c.producer == app_ids[name]] for name in procs}
+    assert {name: {c.weight for c in mine} for name, mine in by_producer.items()} == {"heavy": {3}, "light": {1}}
+    assert {name: sum(c.count for c in mine) for name, mine in by_producer.items()} == \
+        {"heavy": batches * rows, "light": batches * rows}
+    both = max(mine[0].version for mine in by_producer.values())  # the later producer's first write
+    until = by_producer["heavy"][-1].version  # both have data until the heavy one is done
+    for name, most in (("heavy", 37), ("light", 12)):
+        later = [c.count for c in by_producer[name] if both < c.version <= until][2:]  # after its next looks
+        assert later and max(later) <= most, (name, later)
+    # a write is paid for at its producer's share after it: the later one's first write counts
+    shared = {name: sum(c.count for c in mine if both <= c.version <= until) for name, mine in by_producer.items()}
+    assert shared["heavy"] >= 1.5 * shared["light"] > 0, shared  # 2.3 to 4.4 in five runs: equal would be 1
+    consumed = spark.read.format("delta").load(str(output))
+    assert consumed.count() == 2 * batches * rows == consumed.select("producer", "id").distinct().count()
 
 
 @pytest.mark.processes
