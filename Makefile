@@ -65,7 +65,6 @@ test: lint tools $(NODE_STAMP) $(GCS_SERVER) $(GCS_CONNECTOR)
 bench: $(STAMP)
 	$(VENV)/bin/python bench/overhead.py
 	$(VENV)/bin/python bench/flow_control.py
-	$(VENV)/bin/python bench/pacing.py
 	$(VENV)/bin/python bench/scaling.py
 	$(VENV)/bin/python bench/publish_rate.py
 	$(VENV)/bin/python bench/controller.py

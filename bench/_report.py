@@ -33,14 +33,14 @@ def machine() -> dict[str, Any]:
     return {"cpus": os.cpu_count(), "loadavg_at_start": os.getloadavg()}
 
 
-def figure(ncols: int = 1, figsize: tuple[float, float] = (10, 5)) -> tuple[Figure, Any]:
-    """A new figure of ``ncols`` plots side by side (matplotlib without a display)."""
+def figure(ncols: int = 1, figsize: tuple[float, float] = (10, 5), nrows: int = 1) -> tuple[Figure, Any]:
+    """A new figure of ``ncols`` plots side by side, in ``nrows`` rows (matplotlib without a display)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    return plt.subplots(1, ncols, figsize=figsize, dpi=110)
+    return plt.subplots(nrows, ncols, figsize=figsize, dpi=110)
 
 
 def write_report(out: str | Path, report: dict[str, Any], chart: Figure, samples: object = None) -> None:
