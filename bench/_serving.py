@@ -68,8 +68,8 @@ def source_tree(ref: str) -> Path:
 def served(tree: Path, home: str) -> Iterator[tuple[int, str]]:
     """``spark-flow --home HOME serve --port 0`` with the package of ``tree``, until the block
     ends; its process id and URL."""
-    code = "from spark_flow.cli import main; main()"
-    process = subprocess.Popen([sys.executable, "-c", code, "--home", home, "serve", "--port", "0"],
+    code = "from spark_flow.cli import main; main()"  # run in ``tree``: ``-c`` puts the folder it runs in first
+    process = subprocess.Popen([sys.executable, "-c", code, "--home", home, "serve", "--port", "0"], cwd=tree,
                                env={**os.environ, "PYTHONPATH": str(tree)}, stdout=subprocess.PIPE,
                                stderr=subprocess.DEVNULL, text=True, start_new_session=True)
     try:
