@@ -35,12 +35,18 @@ def spark_connect_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def spark_connect(spark_connect_log: Path) -> Iterator[str]:
-    """A local Spark Connect server for the suite; its ``sc://`` URL."""
+def spark_connect_server_pid(spark_connect_log: Path) -> Iterator[tuple[str, int]]:
+    """A local Spark Connect server for the suite: its ``sc://`` URL and its JVM's process id."""
     from support.servers import spark_connect_server
 
-    with spark_connect_server(spark_connect_log) as url:
-        yield url
+    with spark_connect_server(spark_connect_log) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def spark_connect(spark_connect_server_pid: tuple[str, int]) -> str:
+    """The suite's Spark Connect server's ``sc://`` URL."""
+    return spark_connect_server_pid[0]
 
 
 @pytest.hookimpl(wrapper=True)
@@ -54,14 +60,18 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 
 @pytest.fixture
-def connect_session(spark_connect: str, spark_connect_log: Path,
+def connect_session(spark_connect_server_pid: tuple[str, int], spark_connect_log: Path,
                     request: pytest.FixtureRequest) -> Iterator[Callable[[], str]]:
     """A function that gives a Spark Connect URL with a session of its own (one per client).
 
     A client that failed may leave its streaming queries running on the suite's server, taking
-    a core from every test after it: after a failed test, each of its sessions' queries is
-    stopped and the session released (by a client process that attaches to it), and the
-    server log's tail is printed (in the test's report)."""
+    a core from every test after it: after a failed test, the stacks of the server's query
+    threads are printed (where a query that stopped making progress waits), each of its
+    sessions' queries is stopped and the session released (by a client process that attaches
+    to it), and the server log's tail is printed (in the test's report)."""
+    from support.servers import stream_threads
+
+    spark_connect, pid = spark_connect_server_pid
     urls: list[str] = []
 
     def new() -> str:
@@ -70,6 +80,7 @@ def connect_session(spark_connect: str, spark_connect_log: Path,
 
     yield new
     if getattr(request.node, "failed_call", False) and urls:
+        print(f"the Spark Connect server's query threads:\n{stream_threads(pid)}")
         script = ("import sys\nfrom pyspark.sql import SparkSession\nfor url in sys.argv[1:]:\n"
                   "    spark = SparkSession.builder.remote(url).getOrCreate()\n"
                   "    for query in spark.streams.active:\n        query.stop()\n    spark.stop()\n")
@@ -149,7 +160,8 @@ def governed_connect(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gover
         env = {"AWS_METADATA_ENDPOINT": metadata}
         server = {**conf, "spark.hadoop.hadoop.security.credential.provider.path": store,
                   "spark.sql.warehouse.dir": "s3a://flow/warehouse"}  # managed tables: the catalog's storage
-        with spark_connect_server(base / "connect.log", properties=OBJECT_STORAGE_CONF, conf=server, env=env) as url:
+        with spark_connect_server(base / "connect.log", properties=OBJECT_STORAGE_CONF, conf=server,
+                                  env=env) as (url, _pid):
             yield Governed(url, endpoint, key, secret, conf, env, base / "connect.log")
 
 

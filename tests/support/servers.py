@@ -61,9 +61,10 @@ def _answers(url: str) -> bool:
 
 @contextmanager
 def _server(command: list[str], port: int, log: Path, what: str, timeout: float, stop_timeout: float = 30,
-            cwd: Path = ROOT, ready: Callable[[], bool] = lambda: True, **popen: object) -> Iterator[None]:
+            cwd: Path = ROOT, ready: Callable[[], bool] = lambda: True, **popen: object) -> Iterator[int]:
     """Run ``command`` in its own process group until the block ends; ready when ``port`` accepts
-    and ``ready()``. Stopped with SIGTERM, then SIGKILL after ``stop_timeout`` seconds."""
+    and ``ready()``; yields its process id. Stopped with SIGTERM, then SIGKILL after
+    ``stop_timeout`` seconds."""
     with log.open("w") as out:
         server = subprocess.Popen(command, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
                                   **popen)  # type: ignore[call-overload]
@@ -74,7 +75,7 @@ def _server(command: list[str], port: int, log: Path, what: str, timeout: float,
                 raise RuntimeError(f"{what} did not start (exit {server.poll()}):\n"
                                    f"{log.read_text(errors='replace')[-3000:]}")
             time.sleep(0.2)
-        yield
+        yield server.pid
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         try:
@@ -230,10 +231,11 @@ def gcs_connector(cache: Path, version: str = GCS_CONNECTOR_VERSION) -> Path:
 
 @contextmanager
 def spark_connect_server(log: Path, timeout: float = 240, properties: Path = ROOT / "conf" / "spark-defaults.conf",
-                         conf: dict[str, str] | None = None, env: dict[str, str] | None = None) -> Iterator[str]:
+                         conf: dict[str, str] | None = None,
+                         env: dict[str, str] | None = None) -> Iterator[tuple[str, int]]:
     """A Spark Connect server on a loopback port, with Delta and this checkout's spark_flow on its
     Python workers' path (foreachBatch functions and Python data sources run there); yields its
-    ``sc://`` URL. ``properties``, ``conf`` and ``env`` add to its own. It runs the engine's work
+    ``sc://`` URL and its JVM's process id (spark-submit execs the JVM). ``properties``, ``conf`` and ``env`` add to its own. It runs the engine's work
     of the suite's Connect clients for as long as the suite: like the suite's session, it keeps
     both compilers (``support.jvm.JIT`` is for the JVMs that live seconds)."""
     from support.jvm import JIT
@@ -251,8 +253,16 @@ def spark_connect_server(log: Path, timeout: float = 240, properties: Path = ROO
                "--conf", "spark.sql.streaming.stopTimeout=60s", "--conf", f"spark.pyspark.python={sys.executable}",
                "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
                "--conf", f"spark.connect.grpc.binding.port={port}", "spark-internal"]
-    with _server(command, port, log, "the Spark Connect server", timeout, env=env):
-        yield f"sc://127.0.0.1:{port}"
+    with _server(command, port, log, "the Spark Connect server", timeout, env=env) as pid:
+        yield f"sc://127.0.0.1:{port}", pid
+
+
+def stream_threads(pid: int) -> str:
+    """The stacks of the streaming queries' threads of the JVM ``pid`` (``jstack``): where each
+    query waits, for the report of a test that saw one stop making progress."""
+    dump = subprocess.run(["jstack", str(pid)], capture_output=True, text=True, timeout=60, check=False).stdout
+    threads = dump.split("\n\n")
+    return "\n\n".join(t for t in threads if "stream execution thread" in t or "foreachBatch" in t.lower())
 
 
 def master_state(ui_port: int) -> dict[str, Any]:
