@@ -120,16 +120,22 @@ def process_gone(process: str | None, seen: datetime | None, timeout: float) -> 
     (``host:pid``) on this host has ended or is ending."""
     if age(seen) > timeout:
         return True
-    host, _, pid = (process or "").rpartition(":")
-    if host != socket.gethostname() or not pid.isdigit():
+    pid = _local_pid(process)
+    if pid is None:
         return False
     try:
-        os.kill(int(pid), 0)
+        os.kill(pid, 0)
     except ProcessLookupError:
         return True
     except PermissionError:
         return False
-    return _ending(int(pid))
+    return _ending(pid)
+
+
+def _local_pid(process: str | None) -> int | None:
+    """The process id of a claim's holder (``host:pid``) if it runs on this host, else None."""
+    host, _, pid = (process or "").rpartition(":")
+    return int(pid) if host == socket.gethostname() and pid.isdigit() else None
 
 
 #: How long a claim looks again at a holder whose process on this host still runs before it
@@ -144,7 +150,7 @@ def _gone_soon(sub: Subscription, timeout: float) -> bool:
     this host is within :data:`ENDING_GRACE_SECONDS`."""
     deadline = time.monotonic() + ENDING_GRACE_SECONDS
     while not process_gone(sub.reader_process, sub.reader_seen, timeout):
-        if (sub.reader_process or "").rpartition(":")[0] != socket.gethostname() or time.monotonic() > deadline:
+        if _local_pid(sub.reader_process) is None or time.monotonic() > deadline:
             return False
         time.sleep(0.05)
     return True

@@ -149,8 +149,9 @@ class Table(Protocol):
         newest commit, and a table made again at the same path starts its log over."""
 
     def commit_infos(self, first: int) -> list[dict[str, Any]]:
-        """The commit infos from version ``first`` on, newest first (``version``, ``timestamp``
-        in ms, ``operation``, ``operationMetrics``, ``userMetadata``)."""
+        """The commit infos from version ``first`` through at least the version the handle last
+        read, newest first (``version``, ``timestamp`` in ms, ``operation``, ``operationMetrics``,
+        ``userMetadata``)."""
 
     def changes(self, first: int, last: int) -> pa.Table:
         """The change data of versions ``first`` through ``last`` (``_change_type``,

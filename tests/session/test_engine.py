@@ -3,15 +3,16 @@ and judged through deltalake alike, and the reverse; what only one store can do 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from support.streams import drain, is_held, start_consumer, start_producer, wait_until
 
 from spark_flow.exceptions import ConfigurationError
 from spark_flow.flow.queue import Queue
-from spark_flow.rules.depth import Depth
+from spark_flow.rules.depth import METADATA_KEY, Depth
 from spark_flow.rules.storage_options import IO_OPTION
 from spark_flow.spark.declare import declare, purge_acknowledged
 from spark_flow.spark.source import read_queue
@@ -101,3 +102,26 @@ def test_what_the_engine_cannot_do_is_refused_naming_the_setting(spark: SparkSes
             purge_acknowledged(spark, path)
     finally:
         spark.conf.unset(IO_OPTION)
+
+
+def test_the_engine_sees_a_column_a_plain_writer_added_between_a_producer_s_appends(spark: SparkSession,
+                                                                                  tmp_path: Path) -> None:
+    """A queue's schema read through the engine is kept across producers' appends (each batch is
+    checked against it) and read again after any other commit: here a plain writer's append that
+    adds a column (``mergeSchema``), between two appends a producer's metadata names."""
+    path = str(tmp_path / "q")
+    declare(spark, path, SCHEMA)
+    queue = Queue(path, {IO_OPTION: "engine"})
+
+    def append(frame: DataFrame, **options: str) -> None:
+        frame.write.format("delta").mode("append").options(**options).save(path)
+        queue.refresh()
+
+    produced = {"userMetadata": json.dumps({METADATA_KEY: {"count": 1, "size": 8, "producer": "spark-flow/p"}})}
+    assert queue.schema().names == ["id", "producer"]
+    append(spark.createDataFrame([(1, "p")], SCHEMA), **produced)
+    assert queue.schema().names == ["id", "producer"]
+    append(spark.createDataFrame([(2, "q", "x")], f"{SCHEMA}, extra STRING"), mergeSchema="true")
+    append(spark.createDataFrame([(3, "p", None)], f"{SCHEMA}, extra STRING"), **produced)
+    assert queue.schema().names == ["id", "producer", "extra"]
+    assert '"extra"' in queue.spark_schema().json()
