@@ -235,9 +235,10 @@ def spark_connect_server(log: Path, timeout: float = 240, properties: Path = ROO
                          env: dict[str, str] | None = None) -> Iterator[tuple[str, int]]:
     """A Spark Connect server on a loopback port, with Delta and this checkout's spark_flow on its
     Python workers' path (foreachBatch functions and Python data sources run there); yields its
-    ``sc://`` URL and its JVM's process id (spark-submit execs the JVM). ``properties``, ``conf`` and ``env`` add to its own. It runs the engine's work
-    of the suite's Connect clients for as long as the suite: like the suite's session, it keeps
-    both compilers (``support.jvm.JIT`` is for the JVMs that live seconds)."""
+    ``sc://`` URL and its JVM's process id (spark-submit execs the JVM). ``properties``, ``conf``
+    and ``env`` add to its own. It runs the engine's work of the suite's Connect clients for as
+    long as the suite: like the suite's session, it keeps both compilers (``support.jvm.JIT`` is
+    for the JVMs that live seconds)."""
     from support.jvm import JIT
 
     port = free_port()
