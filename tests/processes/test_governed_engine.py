@@ -3,7 +3,8 @@ and its home as catalog names, managed tables in the catalog's storage, as a gov
 names them: a producer's job and a consumer's job, each a Spark Connect client of its own run to
 completion (``availableNow``, serverless's only trigger), share the queue under flow control on
 storage only the server's JVM holds keys for (the ``governed_connect`` fixture); then the
-``spark-flow`` command line, with ``--remote``, works on it through the Connect session."""
+``spark-flow`` command line, with ``--remote``, works on it through the Connect session, and the
+controller's scheduled run (a Connect client too) writes the status it shows."""
 
 from __future__ import annotations
 
@@ -94,15 +95,34 @@ exit_process(0)
 """
 
 
+#: The controller's job, scheduled: one look at the home through the engine (``availableNow``), its
+#: checkpoint a path (a volume's) as a schema home's must be.
+CONTROLLER = """
+import sys
+from pyspark.sql import SparkSession
+from spark_flow import start_controller
+from spark_flow.spark.session import exit_process
+
+url, home, checkpoints = sys.argv[1:]
+spark = SparkSession.builder.remote(url).getOrCreate()
+spark.conf.set("spark.flow.home", home)
+query = start_controller(spark, checkpoint_location=checkpoints + "/controller", trigger={"availableNow": True})
+query.awaitTermination()
+print("controller done", flush=True)
+exit_process(0)
+"""
+
+
 def test_a_producer_and_a_consumer_on_engine_credentials_alone(governed_connect: Governed) -> None:
     """With nothing set, the queue and home by catalog name: the producer's job is held at stop +
     capacity and resumed, the consumer's scheduled runs (Delta's source through the engine) take
     every message once, and its subscriptions and ``why`` read the queue through the engine;
     queue, state and home are managed tables of the home's schema. Then ``spark-flow --remote``
     (``spark.flow.io=engine``, the default with a remote): ``why``, ``stop-producers`` (applied
-    at once), ``status`` (what the controller last wrote: nothing, none ran) and ``doctor``
-    (which says the engine, and passes). No Python process held a key: none in any
-    environment, conf, output or log."""
+    at once), ``status`` (what the controller last wrote: nothing, none ran; then, after the
+    controller's scheduled run through the engine, the queue's row: drained, held by the
+    operator, its flowStoppedCount the producer's stops) and ``doctor`` (which says the engine,
+    and passes). No Python process held a key: none in any environment, conf, output or log."""
     unique = uuid.uuid4().hex[:8]
     home, checkpoints = f"governed_{unique}", f"s3a://flow/{unique}/checkpoints"
     env = {**os.environ, **governed_connect.env}
@@ -133,7 +153,7 @@ def test_a_producer_and_a_consumer_on_engine_credentials_alone(governed_connect:
                            "messages)"]
     assert set(seen["tables"]) - {f"{home}_events_holds"} == {  # the hold's time: recorded as the producer resumes
         "_spark_flow_queues", "delivered", "events", f"{home}_events_history", f"{home}_events_subscriptions", "input"}
-    outputs = _command_line(governed_connect, home, queue)
+    outputs = _command_line(governed_connect, home, queue, checkpoints, len(seen["stops"]))
     for text in (*produced, consumer.stdout, consumer.stderr, json.dumps(seen["conf"]), *outputs,
                  governed_connect.log.read_text(errors="replace")):
         assert governed_connect.secret not in text and governed_connect.key not in text
@@ -141,9 +161,10 @@ def test_a_producer_and_a_consumer_on_engine_credentials_alone(governed_connect:
         assert governed_connect.secret not in value and governed_connect.key not in value, name
 
 
-def _command_line(governed: Governed, home: str, queue: str) -> list[str]:
+def _command_line(governed: Governed, home: str, queue: str, checkpoints: str, stops: int) -> list[str]:
     """The operator's commands on the pipeline's queue with ``--remote``, from an environment
-    without a storage credential; their outputs."""
+    without a storage credential, around the controller's scheduled run; their outputs and the
+    controller's."""
     env = {key: value for key, value in os.environ.items() if not key.startswith(("AWS_", "SPARK_REMOTE"))}
     env.update(governed.env)  # instance metadata refused: nothing here reaches the bucket
     outputs: list[str] = []
@@ -161,6 +182,16 @@ def _command_line(governed: Governed, home: str, queue: str) -> list[str]:
                                  "resume 10 messages)\n")
     assert re.match(rf"command \d+: stop-producers '{queue}': applied to {queue}\b", cli("stop-producers", queue))
     assert cli("status").splitlines()[1:] == ["(none)"]  # no controller has run
+    controller = subprocess.run([sys.executable, "-c", CONTROLLER, f"{governed.url}/;session_id={uuid.uuid4()}", home,
+                                 checkpoints], capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
+    outputs.append(controller.stdout + controller.stderr)
+    assert controller.returncode == 0 and "controller done" in controller.stdout, controller.stderr[-5000:]
+    header, *rows = cli("status").splitlines()
+    assert len(rows) == 1, rows
+    shown = dict(zip(header.split(), rows[0].split(), strict=True))
+    assert (shown["queue"], shown["subscription"], shown["depth"], shown["flowStopped"], shown["held"]) == (
+        queue, "default", "0", "false", "true")  # drained, held by the operator's stop-producers
+    assert shown["flowStoppedCount"] == str(stops)
     doctor = cli("doctor", queue).splitlines()
     assert "ok    store: engine (spark.flow.io=engine)" in doctor
     assert f"ok    queue {queue}: spark_catalog.{queue}: depth by subscription default 0" in doctor
