@@ -3,8 +3,9 @@ and its home as catalog names, managed tables in the catalog's storage, as a gov
 names them: a producer's job and a consumer's job, each a Spark Connect client of its own run to
 completion (``availableNow``, serverless's only trigger), share the queue under flow control on
 storage only the server's JVM holds keys for (the ``governed_connect`` fixture); then the
-``spark-flow`` command line, with ``--remote``, works on it through the Connect session, and the
-controller's scheduled run (a Connect client too) writes the status it shows."""
+``spark-flow`` command line, with ``--remote``, works on it through the Connect session, the
+controller's scheduled run (a Connect client too) writes the status it shows, and ``serve``'s
+``/metrics`` say the same."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from support.homes import http
 from support.processes import ROOT
 from support.servers import Governed
 
@@ -121,8 +123,9 @@ def test_a_producer_and_a_consumer_on_engine_credentials_alone(governed_connect:
     (``spark.flow.io=engine``, the default with a remote): ``why``, ``stop-producers`` (applied
     at once), ``status`` (what the controller last wrote: nothing, none ran; then, after the
     controller's scheduled run through the engine, the queue's row: drained, held by the
-    operator, its flowStoppedCount the producer's stops) and ``doctor`` (which says the engine,
-    and passes). No Python process held a key: none in any environment, conf, output or log."""
+    operator, its flowStoppedCount the producer's stops), ``serve``'s ``/metrics`` (the same,
+    read through the engine) and ``doctor`` (which says the engine, and passes). No Python
+    process held a key: none in any environment, conf, output or log."""
     unique = uuid.uuid4().hex[:8]
     home, checkpoints = f"governed_{unique}", f"s3a://flow/{unique}/checkpoints"
     env = {**os.environ, **governed_connect.env}
@@ -192,8 +195,35 @@ def _command_line(governed: Governed, home: str, queue: str, checkpoints: str, s
     assert (shown["queue"], shown["subscription"], shown["depth"], shown["flowStopped"], shown["held"]) == (
         queue, "default", "0", "false", "true")  # drained, held by the operator's stop-producers
     assert shown["flowStoppedCount"] == str(stops)
+    outputs.append(_scraped(governed, env, home, queue, stops))
     doctor = cli("doctor", queue).splitlines()
     assert "ok    store: engine (spark.flow.io=engine)" in doctor
     assert f"ok    queue {queue}: spark_catalog.{queue}: depth by subscription default 0" in doctor
     assert doctor[-1] == "8 of 8 checks passed", doctor
     return outputs
+
+
+def _scraped(governed: Governed, env: dict[str, str], home: str, queue: str, stops: int) -> str:
+    """``spark-flow --remote ... serve`` with no credential in its Python: its ``/metrics``, as
+    Prometheus asks for them, say through the engine what ``status`` said; serve's output."""
+    serve = subprocess.Popen([str(Path(sys.executable).parent / "spark-flow"), "--remote", governed.url, "--home", home,
+                              "serve", "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env=env, cwd=ROOT)
+    try:
+        metrics = serve.stdout.readline().split()[2] + "metrics"  # type: ignore[union-attr]
+        labels = f'home="{home}",queue="{queue}"'
+        wanted = [f"spark_flow_producers_stopped{{{labels}}} 1.0",
+                  f'spark_flow_depth_messages{{{labels},subscription="default"}} 0.0',
+                  f'spark_flow_flow_stopped_total{{{labels},subscription="default"}} {float(stops)}']
+        deadline = time.monotonic() + 120
+        while True:  # serve's first look at the home may take longer than a scrape waits
+            status, text = http(metrics, headers={"X-Prometheus-Scrape-Timeout-Seconds": "10"})
+            if status == 200 and all(line in text.splitlines() for line in wanted):
+                break
+            assert time.monotonic() < deadline, f"{status}: {text[-3000:]}"
+            time.sleep(1)
+    finally:
+        serve.terminate()
+        out, err = serve.communicate(timeout=60)
+    return out + err
+
