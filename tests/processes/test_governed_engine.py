@@ -22,6 +22,7 @@ import pytest
 from support.homes import http
 from support.processes import ROOT
 from support.servers import Governed
+from support.streams import wait_until
 
 pytestmark = pytest.mark.processes
 
@@ -215,13 +216,17 @@ def _scraped(governed: Governed, env: dict[str, str], home: str, queue: str, sto
         wanted = [f"spark_flow_producers_stopped{{{labels}}} 1.0",
                   f'spark_flow_depth_messages{{{labels},subscription="default"}} 0.0',
                   f'spark_flow_flow_stopped_total{{{labels},subscription="default"}} {float(stops)}']
-        deadline = time.monotonic() + 120
-        while True:  # serve's first look at the home may take longer than a scrape waits
-            status, text = http(metrics, headers={"X-Prometheus-Scrape-Timeout-Seconds": "10"})
-            if status == 200 and all(line in text.splitlines() for line in wanted):
-                break
-            assert time.monotonic() < deadline, f"{status}: {text[-3000:]}"
-            time.sleep(1)
+        answers: list[tuple[int, str]] = []
+
+        def says_it() -> bool:  # serve's first look at the home may take longer than a scrape waits
+            answers.append(http(metrics, headers={"X-Prometheus-Scrape-Timeout-Seconds": "10"}))
+            status, text = answers[-1]
+            return status == 200 and all(line in text.splitlines() for line in wanted)
+
+        try:
+            wait_until(says_it, 120, interval=1.0)
+        except AssertionError as error:
+            raise AssertionError(f"{error}; the last answer: {answers[-1][0]}: {answers[-1][1][-3000:]}") from None
     finally:
         serve.terminate()
         out, err = serve.communicate(timeout=60)
