@@ -13,6 +13,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 from support.docs import python_blocks
+from support.stores import Io
 from support.streams import is_held, wait_until
 
 from spark_flow.exceptions import QueueFullError
@@ -108,11 +109,13 @@ def admin_replay(admin: FlowAdmin, origin: Queue, dead_letters: Queue) -> list[i
     return [admin.replay_dead_letters(origin.name), admin.replay_dead_letters(origin.name)]
 
 
-def test_a_redelivery_stopped_in_the_middle_goes_on_where_it_stopped(spark: SparkSession, tmp_path: Path) -> None:
+def test_a_redelivery_stopped_in_the_middle_goes_on_where_it_stopped(spark: SparkSession, io: Io) -> None:
     """The query fails half-way through finding a poison message (a downstream queue refuses a
     part: not the messages' fault, so the batch fails); restarted, it goes on from its record:
-    parts done are not delivered again, every message is written once."""
-    path, output, calls = str(tmp_path / "events"), tmp_path / "out", []
+    parts done are not delivered again, every message is written once, the poison message is in
+    the dead-letter queue. Through either store (``io``): on governed compute's, the engine, the
+    consumer reads with Delta's source and the dead-letter queue is a table of the queue's schema."""
+    path, output, calls = io.queue("events"), io.base / "out", []
     declare(spark, path, SCHEMA, settings={"maxDeliveries": 1})
     QueueSink(path, app_id="load", options={"capacity": 1000})(messages(spark, 64, {50}), 0)
     write = appender(output, calls)
@@ -125,13 +128,15 @@ def test_a_redelivery_stopped_in_the_middle_goes_on_where_it_stopped(spark: Spar
 
     refused: list[int] = []
     with pytest.raises(Exception, match=r"QueueFullError|refused the batch"):
-        consume_all(spark, path, refuse_once, tmp_path / "chk")
+        consume_all(spark, path, refuse_once, io.base / "chk")
     assert refused and len(calls) == 3
-    consume_all(spark, path, refuse_once, tmp_path / "chk")
+    consume_all(spark, path, refuse_once, io.base / "chk")
 
     assert sorted(ids(spark, output)) == [i for i in range(64) if i != 50]
     assert calls == sorted(set(calls)), "no call id used twice"
     assert refused[0] in calls[3:], "the part in flight was delivered again with its own id"
+    assert [(row.id, row._deliveries) for row in io.table(spark, path + "_dlq").collect()] == [(50, 1)]
+    assert Queue(path).subscriptions.get("default").dead_lettered_count == 1
 
 
 def test_a_poison_message_in_a_chain_is_moved_and_the_pipeline_goes_on(spark: SparkSession, tmp_path: Path) -> None:
