@@ -13,10 +13,7 @@ import re
 import signal
 import socket
 import subprocess
-import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -27,6 +24,7 @@ from pyspark.sql import SparkSession
 from selenium.webdriver.common.by import By
 from support.homes import enqueue, http, look_as_a_producer, make_queue, serving
 from support.pages import click, rows, wait
+from support.processes import SPARK_FLOW, spark_flow_serve
 from support.servers import prometheus_server
 from support.streams import is_held, start_producer, wait_until
 
@@ -37,28 +35,12 @@ from spark_flow.spark.declare import declare
 ROOT = Path(__file__).resolve().parents[2]
 MONITORING = ROOT / "monitoring"
 SERVE_RULES = MONITORING / "spark-flow.serve.rules.yml"
-SPARK_FLOW = Path(sys.executable).parent / "spark-flow"
 ISO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
 #: A home on an S3 endpoint where nothing listens, and a secret key that must never show.
 UNREACHABLE = "s3a://flow/home"
 SECRET = "s3cr3t-Never-In-ps-7f3a9c"
 STORAGE = {"aws_endpoint_url": "http://127.0.0.1:1", "allow_http": "true", "aws_access_key_id": "tests",
            "aws_secret_access_key": SECRET, "aws_region": "us-east-1", "max_retries": "1"}
-
-
-@contextmanager
-def spark_flow_serve(*args: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
-    """``spark-flow ARGS... serve --port 0`` as its users start it; the process and its URL."""
-    process = subprocess.Popen([str(SPARK_FLOW), *args, "serve", "--port", "0"], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        line = process.stdout.readline()  # type: ignore[union-attr]
-        assert line.startswith("spark-flow serve: http://127.0.0.1:"), line + process.stderr.read()  # type: ignore[union-attr]
-        yield process, line.split()[2]
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
-            process.wait(30)
 
 
 def alerts(prometheus: str) -> dict[str, str]:

@@ -16,11 +16,10 @@ import subprocess
 import sys
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 from support.homes import http
-from support.processes import ROOT
+from support.processes import ROOT, SPARK_FLOW, spark_flow_serve
 from support.servers import Governed
 from support.streams import wait_until
 
@@ -175,7 +174,7 @@ def _command_line(governed: Governed, home: str, queue: str, checkpoints: str, s
 
     def cli(*args: str) -> str:
         started = time.monotonic()
-        run = subprocess.run([str(Path(sys.executable).parent / "spark-flow"), "--remote", governed.url,
+        run = subprocess.run([str(SPARK_FLOW), "--remote", governed.url,
                               "--home", home, *args], capture_output=True, text=True, timeout=120, env=env, cwd=ROOT)
         outputs.append(run.stdout + run.stderr)
         print(f"$ spark-flow {' '.join(args)}  ({time.monotonic() - started:.1f} s)\n{run.stdout}{run.stderr}")
@@ -207,11 +206,7 @@ def _command_line(governed: Governed, home: str, queue: str, checkpoints: str, s
 def _scraped(governed: Governed, env: dict[str, str], home: str, queue: str, stops: int) -> str:
     """``spark-flow --remote ... serve`` with no credential in its Python: its ``/metrics``, as
     Prometheus asks for them, say through the engine what ``status`` said; serve's output."""
-    serve = subprocess.Popen([str(Path(sys.executable).parent / "spark-flow"), "--remote", governed.url, "--home", home,
-                              "serve", "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             env=env, cwd=ROOT)
-    try:
-        metrics = serve.stdout.readline().split()[2] + "metrics"  # type: ignore[union-attr]
+    with spark_flow_serve("--remote", governed.url, "--home", home, env=env) as (serve, url):
         labels = f'home="{home}",queue="{queue}"'
         wanted = [f"spark_flow_producers_stopped{{{labels}}} 1.0",
                   f'spark_flow_depth_messages{{{labels},subscription="default"}} 0.0',
@@ -219,7 +214,7 @@ def _scraped(governed: Governed, env: dict[str, str], home: str, queue: str, sto
         answers: list[tuple[int, str]] = []
 
         def says_it() -> bool:  # serve's first look at the home may take longer than a scrape waits
-            answers.append(http(metrics, headers={"X-Prometheus-Scrape-Timeout-Seconds": "10"}))
+            answers.append(http(f"{url}metrics", headers={"X-Prometheus-Scrape-Timeout-Seconds": "10"}))
             status, text = answers[-1]
             return status == 200 and all(line in text.splitlines() for line in wanted)
 
@@ -227,8 +222,4 @@ def _scraped(governed: Governed, env: dict[str, str], home: str, queue: str, sto
             wait_until(says_it, 120, interval=1.0)
         except AssertionError as error:
             raise AssertionError(f"{error}; the last answer: {answers[-1][0]}: {answers[-1][1][-3000:]}") from None
-    finally:
-        serve.terminate()
-        out, err = serve.communicate(timeout=60)
-    return out + err
-
+    return serve.stdout.read() + serve.stderr.read()  # type: ignore[union-attr]

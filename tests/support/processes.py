@@ -8,8 +8,11 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
 from typing import IO
 
 from _common import ROOT, start_job
@@ -17,8 +20,11 @@ from _common import ROOT, start_job
 from spark_flow.flow.queue import Queue
 from support.streams import wait_until
 
-__all__ = ["ROOT", "Terminal", "ctrl_c_once_held", "failure", "in_terminal", "progress", "spark_submit", "warnings"]
+__all__ = ["ROOT", "SPARK_FLOW", "Terminal", "ctrl_c_once_held", "failure", "in_terminal", "progress", "spark_flow_serve",
+           "spark_submit", "warnings"]
 
+#: The command line, as the package installs it beside the interpreter.
+SPARK_FLOW = Path(sys.executable).parent / "spark-flow"
 LINE = re.compile(r"(\w+)=(\S+)")
 WARNING = re.compile(r"\b\w*Warning\b: ")
 
@@ -138,3 +144,20 @@ def warnings(result: subprocess.CompletedProcess[str]) -> list[str]:
 def failure(result: subprocess.CompletedProcess[str]) -> str:
     """A failed run's exit status and the ends of its output, for an assertion's message."""
     return f"exit {result.returncode}\nstdout:\n{result.stdout[-3000:]}\nstderr:\n{result.stderr[-5000:]}"
+
+
+@contextmanager
+def spark_flow_serve(*args: str, env: Mapping[str, str] | None = None) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """``spark-flow ARGS... serve --port 0`` as its users start it (in ``env``, else this
+    process's environment); the process and its URL. Stopped with its process group at the end."""
+    process = subprocess.Popen([str(SPARK_FLOW), *args, "serve", "--port", "0"], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, start_new_session=True,
+                               env=dict(env) if env is not None else None)
+    try:
+        line = process.stdout.readline()  # type: ignore[union-attr]
+        assert line.startswith("spark-flow serve: http://127.0.0.1:"), line + process.stderr.read()  # type: ignore[union-attr]
+        yield process, line.split()[2]
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+            process.wait(30)
