@@ -17,6 +17,7 @@ is read again from that commit's start. Read limits are Delta's (``maxFilesPerTr
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import logging
 import threading
@@ -29,7 +30,7 @@ from spark_flow.exceptions import ConfigurationError, QueueNotFoundError
 from spark_flow.rules.names import is_path, normalize_path
 from spark_flow.rules.storage_options import IO_OPTION
 from spark_flow.spark.listener import ClosingListener
-from spark_flow.spark.session import close_before_stop
+from spark_flow.spark.session import close_before_stop, is_connect
 from spark_flow.store.engine import load
 from spark_flow.store.io import attach
 
@@ -45,6 +46,8 @@ log = logging.getLogger("spark_flow.spark.engine_source")
 DELTA_LIMITS = ("maxFilesPerTrigger", "maxBytesPerTrigger")
 #: Delta's offset index once every file of its version was read (DeltaSourceOffset.END_INDEX).
 _END_INDEX = 2**62
+#: How long (ms) a closing listener waits for the progress events already posted.
+_DELIVERY_MS = 60_000
 
 
 def read_engine_queue(spark: SparkSession, queue: Queue, settings: SourceOptions,
@@ -93,15 +96,20 @@ class EngineAcks(ClosingListener):
     """Acknowledges, at each progress event, what the engine consumers of this process read:
     the subscription each queue is read for (one per queue and process)."""
 
-    def __init__(self) -> None:
+    def __init__(self, spark: SparkSession) -> None:
+        self._spark = spark
         self._followed: dict[str, tuple[Queue, str]] = {}
         self._lock = threading.Lock()
         self._acking = threading.Lock()  # held while an acknowledgement is written
         self._closed = False
 
     def close(self) -> None:
-        """Stop acknowledging (an acknowledgement being written finishes first: the session's
-        stop would cut it), then stop listening."""
+        """Stop acknowledging, then stop listening: once the progress of the queries that have
+        ended is in (a scheduled job ends right after its run, before a classic session's
+        listener bus has handed Python that run's progress: its acknowledgement was lost, and
+        the next run, with nothing new to read, acknowledged nothing) and an acknowledgement
+        being written has finished (the session's stop would cut it)."""
+        _progress_delivered(self._spark)
         with self._acking:
             self._closed = True
         super().close()
@@ -146,6 +154,16 @@ class EngineAcks(ClosingListener):
                 log.info("%s", error)
 
 
+def _progress_delivered(spark: SparkSession) -> None:
+    """Wait (a minute at most) until a classic session's listener bus has handed its listeners
+    every event posted so far. Under Spark Connect the server's bus sends each event as it comes,
+    and the client's listener thread handles what was sent before it ends."""
+    if is_connect(spark) or getattr(spark, "is_stopped", False):
+        return
+    with contextlib.suppress(Exception):  # a JVM gone (the session stopped first) has nothing to hand over
+        spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty(_DELIVERY_MS)
+
+
 def _described_as(spark: SparkSession, location: str) -> str:
     """The storage location Delta's source names the table at ``location`` by in its
     description: a path, or a catalog table's location."""
@@ -173,7 +191,7 @@ def acks(spark: SparkSession) -> EngineAcks:
     with _ACKS_LOCK:
         found = _ACKS.get(id(spark))
         if found is None:
-            found = _ACKS[id(spark)] = EngineAcks()
+            found = _ACKS[id(spark)] = EngineAcks(spark)
             spark.streams.addListener(found)
             close_before_stop(found.close)
             atexit.register(found.close)
