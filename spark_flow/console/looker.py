@@ -10,8 +10,9 @@ after it asked, or the one under way) while a look takes at most :data:`WAIT_FOR
 home's asker gets the newest look, saying how old it is, and starts the next in the background
 (so each scrape shows the home as it was at the scrape before, or later, as a scrape waiting for
 its look would at the same cost); and a scrape never waits past its timeout: serve's first look
-of a big home can take longer than Prometheus waits. A look fails as the home does: the newest
-failure, if newer than the newest look, is raised to every asker.
+of a big home can take longer than Prometheus waits, and a scrape it keeps waiting a second is
+answered with the controller's last look, when a controller has written one. A look fails as
+the home does: the newest failure, if newer than the newest look, is raised to every asker.
 """
 
 from __future__ import annotations
@@ -20,8 +21,10 @@ import logging
 import threading
 import time
 from collections.abc import Mapping
+from datetime import UTC, datetime
 
 from spark_flow.exceptions import one_line
+from spark_flow.ops.status_view import status_view
 from spark_flow.ops.view import HomeView, look
 
 log = logging.getLogger("spark_flow.console.serve")
@@ -55,13 +58,25 @@ class Looker:
 
     def for_scrape(self, budget: float) -> tuple[HomeView, float, float] | None:
         """The look a scrape serves, how long it took and how long ago it began (see the module's
-        docstring); None if none has ended within ``budget`` seconds (serve's first look of a
-        big home)."""
-        looked = self._current(budget)
+        docstring). While serve's first look is under way past :data:`WAIT_FOR_LOOK`: the
+        controller's last look (:func:`~spark_flow.ops.status_view.status_view`), its age that of
+        its write; without one, None if no look ends within ``budget`` seconds."""
+        asked = time.monotonic()
+        looked = self._current(min(budget, WAIT_FOR_LOOK) if self._first_under_way() else budget)
         if looked is None:
-            return None
+            status = status_view(self.home, self.storage_options)
+            if status is not None:
+                return status, time.monotonic() - asked, (datetime.now(UTC) - status.at).total_seconds()
+            looked = self._current(max(0.0, budget - (time.monotonic() - asked)))
+            if looked is None:
+                return None
         began, view, took = looked
         return view, took, time.monotonic() - began
+
+    def _first_under_way(self) -> bool:
+        """Whether no look has ended yet (the process's first, which opens every table)."""
+        with self._state:
+            return self._last is None and self._failed is None
 
     def recent(self) -> Look:
         """The look a console page shows: the newest while it is fresh, else as a scrape's

@@ -52,7 +52,7 @@ class SubscriptionView:
     dead_lettered_count: int
     acked_at: datetime | None
     downstream: tuple[str, ...] = ()
-    backpressured: bool = False
+    backpressured: bool | None = False  # None: not known (a status row does not keep it)
     stalled: bool = False
     drain_rate: float | None = None  # messages a second it acknowledges (:mod:`spark_flow.flow.drain`)
     pace: Pace | None = None  # a paced queue's: the rate its producers are admitted at, shared by how many
