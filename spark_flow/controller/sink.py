@@ -129,14 +129,16 @@ class ControllerSink:
         return True
 
     def _transition(self, row: Mapping[str, Any]) -> None:
-        """Record the controller's transition in the subscriptions table, if nobody did yet, and
-        make sure the queue's history has the row of the state it adopted and of its own."""
+        """Record the controller's transition in the subscriptions table, if nobody did yet, at
+        its step's time (the status row's ``last_transition`` and ``held_since``), and make sure
+        the queue's history has the row of the state it adopted and of its own."""
         queue = open_queue(row["path"], self.storage_options)
         depth = Depth(row["depth_count"], row["depth_size"], row["oldest_enqueue"])
         name, recorded = row["subscription"], FlowState(row["recorded_stopped"], row["recorded_count"])
         after, state = FlowState(row["flow_stopped"], row["flow_stopped_count"]), recorded
         before = Subscription(name, row["position"], row["recorded_stopped"], row["recorded_count"])
-        if after != recorded and queue.recorder.record(before, after, depth, Thresholds.from_row(row)) is not None:
+        if after != recorded and queue.recorder.record(before, after, depth, Thresholds.from_row(row),
+                                                       _ts(row["time"])) is not None:
             state = after
         if queue.history.unconfirmed(name, state.flow_stopped, state.flow_stopped_count):
             # read the row as it is now, with its creation time (its history counts from there)

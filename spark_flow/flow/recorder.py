@@ -42,12 +42,15 @@ class FlowRecorder:
             return row
         return self.record(row, after, depth, thresholds)
 
-    def record(self, before: Subscription, after: FlowState, depth: Depth, thresholds: Thresholds) -> Subscription | None:
-        """Record the transition of ``before`` to ``after``, seen at ``depth``: the compare-and-set,
-        the log line, the history row. Returns the row as it now is; None when the row no longer
-        shows ``before``'s state (another process moved it first)."""
-        detail = transition_detail(depth, thresholds, datetime.now(UTC))
-        made = self.rows.transition(before, after.flow_stopped, after.flow_stopped_count, detail)
+    def record(self, before: Subscription, after: FlowState, depth: Depth, thresholds: Thresholds,
+               at: datetime | None = None) -> Subscription | None:
+        """Record the transition of ``before`` to ``after``, seen at ``depth`` at ``at`` (default:
+        now; the controller gives its step's time, which its status row says too): the
+        compare-and-set, the log line, the history row. Returns the row as it now is; None when
+        the row no longer shows ``before``'s state (another process moved it first)."""
+        at = at or datetime.now(UTC)
+        made = self.rows.transition(before, after.flow_stopped, after.flow_stopped_count,
+                                    transition_detail(depth, thresholds, at), at)
         if made is None:
             return None
         log.info("%s flow %s (flowStoppedCount %d): depth %d messages / %d bytes, %s", self.label(before.name),

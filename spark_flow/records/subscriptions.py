@@ -230,13 +230,14 @@ class FlowRowTable:
         return bool(inserted["num_target_rows_inserted"] > 0)
 
     def transition(self, before: Subscription, flow_stopped: bool, flow_stopped_count: int,
-                   detail: str) -> Subscription | None:
+                   detail: str, at: datetime | None = None) -> Subscription | None:
         """Record a flow transition, with ``detail`` (what it saw), if the row still shows
-        ``before`` (compare and set); returns the row as it now is.
+        ``before`` (compare and set); returns the row as it now is. Its time is ``at``, when the
+        depth was seen (default: now).
 
         None means another gate recorded a transition first; the caller reads again.
         """
-        now = datetime.now(UTC)
+        now = at or datetime.now(UTC)
         row = {"name": before.name, "flow_stopped": flow_stopped, "flow_stopped_count": flow_stopped_count,
                "detail": detail, "was_stopped": before.flow_stopped, "was_count": before.flow_stopped_count, "now": now}
         metrics = self._merge(row, update={"flow_stopped": "s.flow_stopped", "flow_stopped_count": "s.flow_stopped_count",
