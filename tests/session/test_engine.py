@@ -73,6 +73,8 @@ def test_producers_and_consumers_in_different_stores_share_one_queue(spark: Spar
     finally:
         spark.conf.unset(IO_OPTION)
     wait_until(lambda: not engine.subscriptions.get("default").flow_stopped, 120)
+    # Each producer has written: the slower one may have been held before its first write (CI).
+    wait_until(lambda: spark.read.format("delta").load(path).select("producer").distinct().count() == 2, 120)
     for query in producers:
         query.stop()
     drain(lake)
