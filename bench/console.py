@@ -2,9 +2,12 @@
 earlier commit's (``--against``, run from ``git archive`` in the same run, on the same homes).
 
 The homes are bench/scrape.py's (bench/_serving.py: 8 messages a queue, every tenth held by a
-real gate). Each version's serve is started as its users start it and asked for the page's data
-once (its first look at the home); then, in the suite's headless Chromium (1400 x 1000):
-- first paint: from opening the page to its queue rows drawn (a page that has drawn none after
+real gate; a controller's scheduled run writes the status table). Each version's serve is started
+as its users start it, and in the suite's headless Chromium (1400 x 1000):
+- first rows: the page opened as soon as serve listens, while its first look (which opens every
+  table) is under way, to its queue rows drawn, and what they were read from;
+- first data: the page's data asked for until it is serve's own look (its first look's end);
+- first paint: then, from opening the page to its queue rows drawn (a page that has drawn none after
   ``--patience`` seconds is reported as such), with the rows drawn and the pipeline graph's height;
 - refresh: ``--refreshes`` requests of the page's data as the page sends them (this tree's with
   the digest of the answer it has), each one's time and serve's CPU time over it;
@@ -15,6 +18,7 @@ first held by its depth, its last by an operator), the list's first page shown a
 first queue selected (docs/console.png is made so).
 
     .venv/bin/python bench/console.py [--sizes 1000 10000] [--against 0721b01] [--homes DIR] [--screenshot PATH]
+        [--out bench/console.json]
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from _report import figure, machine, parser, write_report
-from _serving import ROOT, cpu_seconds, get, make_home, served, source_tree
+from _serving import ROOT, controller_run, cpu_seconds, get, make_home, served, source_tree
 from selenium.common.exceptions import TimeoutException
 from support.pages import click, rows, wait
 from support.servers import chromium
@@ -51,7 +55,18 @@ def measure(browser: Any, tree: Path, home: str, refreshes: int, patience: float
     """One version's console on one home (see the module's docstring)."""
     with served(tree, home) as (pid, url):
         began = time.perf_counter()
+        browser.get(url)
+        try:
+            wait(browser, lambda d: rows(d) or None, patience)
+            first_rows: float | None = time.perf_counter() - began
+            read_from = browser.execute_script("return lastData.read_from") or "tables"
+        except TimeoutException:
+            first_rows, read_from = None, None
+        browser.get("about:blank")
         answer = data(url)
+        while answer.get("read_from", "tables") != "tables":  # the controller's look, during serve's first
+            time.sleep(0.5)
+            answer = data(url)
         ready = time.perf_counter() - began
         began = time.perf_counter()
         browser.get(url)
@@ -71,7 +86,8 @@ def measure(browser: Any, tree: Path, home: str, refreshes: int, patience: float
             answer = data(url, answer.get("digest", ""))
             took.append(time.perf_counter() - began)
             cpu.append(cpu_seconds(pid) - before)
-    return {"first_data_seconds": round(ready, 2), "first_paint_seconds": None if paint is None else round(paint, 2),
+    return {"first_rows_seconds": None if first_rows is None else round(first_rows, 2), "first_rows_read_from": read_from,
+            "first_data_seconds": round(ready, 2), "first_paint_seconds": None if paint is None else round(paint, 2),
             "rows_drawn": drawn, "pipeline_height_px": round(graph), "refresh_seconds": [round(t, 4) for t in took],
             "median_refresh_seconds": round(statistics.median(took), 4),
             "median_server_cpu_seconds_per_refresh": round(statistics.median(cpu), 3),
@@ -111,11 +127,12 @@ def main() -> None:
     with chromium(base / "chromium", base / "chromedriver.log") as browser:
         for size in args.sizes:
             home, _ = make_home(base, size)
+            report.setdefault("controller_run_seconds", {})[size] = controller_run(home)
             result: dict[str, Any] = {name: measure(browser, tree, home, args.refreshes, args.patience, args.open)
                                       for name, tree in trees.items()}
             result["ratio_this_to_against"] = {
                 key: round(result["this"][key] / result[args.against][key], 4)
-                for key in ("first_paint_seconds", "median_refresh_seconds", "median_server_cpu_seconds_per_refresh",
+                for key in ("first_rows_seconds", "first_paint_seconds", "median_refresh_seconds", "median_server_cpu_seconds_per_refresh",
                             "open_tab_cpu_share_of_a_core", "pipeline_height_px") if result[args.against][key]}
             report["results"][size] = result
             print(json.dumps({size: result}))
@@ -126,8 +143,9 @@ def main() -> None:
 
 def plot(results: dict[int, dict[str, Any]], against: str, patience: float) -> Figure:
     sizes = sorted(results)
-    fig, axes = figure(ncols=3, figsize=(14, 4))
-    panels = (("first_paint_seconds", "first paint (s; none drawn: the wait's end)", 1.0),
+    fig, axes = figure(ncols=4, figsize=(18, 4))
+    panels = (("first_rows_seconds", "first rows, serve just started (s)", 1.0),
+              ("first_paint_seconds", "first paint (s; none drawn: the wait's end)", 1.0),
               ("median_server_cpu_seconds_per_refresh", "serve's CPU per refresh (s)", 0.5),
               ("open_tab_cpu_share_of_a_core", "an open tab: serve's share of a core", None))
     for ax, (key, title, goal) in zip(axes, panels, strict=True):

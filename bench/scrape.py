@@ -27,10 +27,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from _report import figure, local_conf, machine, parser, write_report
-from _serving import ROOT, cpu_seconds, enqueue, get, make_home, served, source_tree
-
-from spark_flow import get_spark
+from _report import figure, machine, parser, write_report
+from _serving import ROOT, controller_run, cpu_seconds, enqueue, get, make_home, served, source_tree
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -90,25 +88,6 @@ def measure(tree: Path, home: str, queues: list[Queue], scrapes: int) -> dict[st
             "median_look_seconds": round(statistics.median(v for v in looks if v is not None), 4),
             "median_look_age_seconds": round(statistics.median(ages), 3),
             "median_cpu_seconds_per_warm_scrape": round(statistics.median(cpu), 3), "series": series, "bytes": len(text)}
-
-
-def controller_run(home: str) -> float | None:
-    """A controller's scheduled run over ``home`` (``availableNow``, a local session), its status
-    table then what serve answers with before its first look ends; the seconds it took, None if
-    an earlier run of the bench wrote it."""
-    from spark_flow.controller.query import start_controller
-    from spark_flow.records.home import control_path
-    from spark_flow.store.tables import RecordTable
-
-    if RecordTable(control_path(home, "status")).open() is not None:
-        return None
-    began = time.perf_counter()
-    spark = get_spark(local_conf(2))
-    spark.sparkContext.setLogLevel("ERROR")
-    query = start_controller(spark, home, checkpoint_location=f"{home}-controller", trigger={"availableNow": True})
-    query.awaitTermination()
-    spark.stop()
-    return round(time.perf_counter() - began, 1)
 
 
 def main() -> None:

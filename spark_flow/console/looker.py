@@ -9,10 +9,12 @@ A page with a stale look, and every scrape, asks for the home as it is now (a lo
 after it asked, or the one under way) while a look takes at most :data:`WAIT_FOR_LOOK`; a bigger
 home's asker gets the newest look, saying how old it is, and starts the next in the background
 (so each scrape shows the home as it was at the scrape before, or later, as a scrape waiting for
-its look would at the same cost); and a scrape never waits past its timeout: serve's first look
-of a big home can take longer than Prometheus waits, and a scrape it keeps waiting a second is
-answered with the controller's last look, when a controller has written one. A look fails as
-the home does: the newest failure, if newer than the newest look, is raised to every asker.
+its look would at the same cost); and a scrape never waits past its timeout. Serve's first look
+of a big home can take longer than Prometheus waits (a minute at 10,000 queues): a scrape, or a
+console page's list, that it keeps waiting a second is answered with the controller's last look,
+when a controller has written one (read from the status table, again once it is as old as a
+look would be). A look fails as the home does: the newest failure, if newer than the newest
+look, is raised to every asker.
 """
 
 from __future__ import annotations
@@ -55,6 +57,8 @@ class Looker:
         self._failed: tuple[float, Exception] | None = None  # when the failed look began, its error
         self._reading: float | None = None  # when the look under way began
         self._background: threading.Thread | None = None
+        self._status_lock = threading.Lock()  # one read of the status table at a time, shared by its askers
+        self._status: tuple[float, HomeView | None, float] | None = None  # as a look: began, the view (None: no controller's), took
 
     def for_scrape(self, budget: float) -> tuple[HomeView, float, float] | None:
         """The look a scrape serves, how long it took and how long ago it began (see the module's
@@ -64,9 +68,10 @@ class Looker:
         asked = time.monotonic()
         looked = self._current(min(budget, WAIT_FOR_LOOK) if self._first_under_way() else budget)
         if looked is None:
-            status = status_view(self.home, self.storage_options)
+            status = self._status_look()
             if status is not None:
-                return status, time.monotonic() - asked, (datetime.now(UTC) - status.at).total_seconds()
+                view = status[1]
+                return view, time.monotonic() - asked, (datetime.now(UTC) - view.at).total_seconds()
             looked = self._current(max(0.0, budget - (time.monotonic() - asked)))
             if looked is None:
                 return None
@@ -78,15 +83,40 @@ class Looker:
         with self._state:
             return self._last is None and self._failed is None
 
-    def recent(self) -> Look:
+    def recent(self, *, status: bool = False) -> Look:
         """The look a console page shows: the newest while it is fresh, else as a scrape's
-        (:meth:`for_scrape`, however long the first look takes)."""
+        (:meth:`for_scrape`, however long the first look takes). ``status``: while serve's first
+        look is under way past :data:`WAIT_FOR_LOOK`, the controller's last look will do (the
+        page's list; not its chains, which the status table does not keep), at once once an
+        asker has waited for it (a page's HTML, then its data, then its refreshes)."""
         with self._state:
             last, typical = self._last, self._typical or 0.0
             fresh = last is not None and time.monotonic() - last[0] <= max(FRESH, (PACE + 1) * typical)
-        looked = self._newest() if fresh else self._current(None)
+        if fresh:
+            return self._newest()
+        if status and self._first_under_way():
+            with self._status_lock:
+                waited = self._status is not None
+            looked = self._current(0.0 if waited else WAIT_FOR_LOOK) or self._status_look()
+            if looked is not None:
+                return looked
+        looked = self._current(None)
         assert looked is not None, "a look ended"
         return looked
+
+    def _status_look(self) -> Look | None:
+        """The controller's last look (:func:`~spark_flow.ops.status_view.status_view`) as a
+        look, None while no controller has written one; kept, and read again once older than a
+        console look would be (:data:`FRESH`, :data:`PACE` times its read), so a page refreshed
+        every 2 s and scrapes during a long first look read 10,000 rows that often, not each."""
+        with self._status_lock:
+            kept = self._status
+            if kept is None or time.monotonic() - kept[0] > max(FRESH, PACE * kept[2]):
+                began = time.monotonic()
+                view = status_view(self.home, self.storage_options)
+                kept = self._status = (began, view, time.monotonic() - began)
+        began, view, took = kept
+        return None if view is None else (began, view, took)
 
     def _current(self, budget: float | None) -> Look | None:
         """While a look takes at most :data:`WAIT_FOR_LOOK` (or none has been timed yet): a look

@@ -5,6 +5,8 @@ Built once per look at the home and kept with it: the causes, the order and the 
 worked out at the first refresh after a look, each page's answer once per look, and a page that
 sends the digest of the answer it has (``seen``) gets ``{"same": true}`` while nothing it shows
 changed. Between changes a refresh costs the server a dictionary lookup, at any home size.
+During serve's first look the answer is the controller's last look (``read_from`` ``status``),
+which keeps no chains: no root cause is marked and no chain drawn until serve has read the tables.
 """
 
 from __future__ import annotations
@@ -30,9 +32,10 @@ class Overview:
 
     def __init__(self, view: HomeView, *, read_only: bool) -> None:
         self.view, self.read_only = view, read_only
-        self.causes = root_causes(view)
+        chained = view.read_from == "tables"
+        self.causes = root_causes(view) if chained else {}
         self.listing = Listing(view.queues, self.causes)
-        self.edges = edges(view)
+        self.edges = edges(view) if chained else []
         self._answers: dict[tuple[ListQuery, str | None], tuple[str, dict[str, Any]]] = {}
         self._lock = threading.Lock()
 
@@ -47,8 +50,8 @@ class Overview:
                 digest = hashlib.blake2b(json.dumps(body, sort_keys=True).encode(), digest_size=12).hexdigest()
                 self._answers[key] = (digest, body)
             digest, body = self._answers[key]
-        at = unix_time(self.view.at)
-        return {"same": True, "at": at, "digest": digest} if digest == seen else {**body, "at": at, "digest": digest}
+        read = {"at": unix_time(self.view.at), "read_from": self.view.read_from, "digest": digest}
+        return {"same": True, **read} if digest == seen else {**body, **read}
 
     def _body(self, query: ListQuery, selected: str | None) -> dict[str, Any]:
         view = self.view

@@ -124,8 +124,9 @@ class FlowServer(ThreadingHTTPServer):
                                      f"a free port on an address of this machine ({error.strerror})") from None
 
     def overview(self) -> Overview:
-        """The console's answers of the newest look (:meth:`Looker.recent`), made once per look."""
-        _, view, _ = self.looker.recent()
+        """The console's answers of the newest look (:meth:`Looker.recent`; during serve's first,
+        the controller's last), made once per look."""
+        _, view, _ = self.looker.recent(status=True)
         kept = self._overview
         if kept is None or kept.view is not view:
             kept = self._overview = Overview(view, read_only=self.options.read_only)
@@ -236,7 +237,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _home_status(self) -> int:
         """The page's status: 503 while the home cannot be read (the page says why), else 200."""
         try:
-            self.server.looker.recent()
+            self.server.looker.recent(status=True)
         except Exception:
             return HTTPStatus.SERVICE_UNAVAILABLE
         return HTTPStatus.OK

@@ -1,5 +1,5 @@
 """The home as its controller last saw it, from the status table alone: what ``spark-flow serve``
-answers a scrape with while its own first look at a big home is under way.
+answers a scrape, and a console page's list, with while its own first look at a big home is under way.
 
 That first look opens every queue's tables (about a minute for 10,000 queues on 2 cores); the
 status table is one read, and a running controller rewrites it every batch. Its figures are the
@@ -39,10 +39,10 @@ def status_view(home: str, storage_options: Mapping[str, str] | None = None) -> 
     written = max(row["updated_at"] for row in rows)
     queues = {name: _queue(name, sorted(subs, key=lambda r: r["subscription"])) for name, subs in sorted(by_queue.items())}
     if limited is None:
-        return HomeView(home, written, queues, status_updated=written)
+        return HomeView(home, written, queues, status_updated=written, read_from="status")
     return HomeView(home, written, queues, _thresholds(limited), Depth(limited["depth_count"], limited["depth_size"]),
                     FlowState(bool(limited["flow_stopped"]), limited["flow_stopped_count"] or 0),
-                    limited["last_transition"], status_updated=written)
+                    limited["last_transition"], status_updated=written, read_from="status")
 
 
 def _queue(name: str, rows: list[dict[str, Any]]) -> QueueView:

@@ -108,6 +108,9 @@ class HomeView:
     last_transition: datetime | None = None
     others: Mapping[str, QueueView] = field(default_factory=dict)
     status_updated: datetime | None = None  # a controller's last write of the status table
+    #: ``tables``: read from the queues' tables; ``status``: the controller's last look, from the
+    #: status table alone (:mod:`spark_flow.ops.status_view`: no chains, maximums or backpressure).
+    read_from: str = "tables"
 
     def queue(self, name: str) -> QueueView | None:
         """A queue by name (registered) or path (a downstream queue outside the home)."""

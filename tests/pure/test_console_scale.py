@@ -78,7 +78,8 @@ def test_a_refresh_that_finds_nothing_changed_is_answered_same(home: str) -> Non
     with serving(home) as server:
         first = overview(server.url)
         again = overview(server.url, seen=first["digest"])
-        assert again == {"same": True, "at": again["at"], "digest": first["digest"], "token_needed": False}
+        assert again == {"same": True, "at": again["at"], "read_from": "tables", "digest": first["digest"],
+                         "token_needed": False}
         assert overview(server.url, seen=first["digest"], page="1")["queues"]  # another page: drawn
 
 

@@ -65,7 +65,7 @@ async function refresh() {
     const data = await getJSON(`/api/overview?${params}`);
     if (ask !== asked) return;
     if (data.same) {  // the rows as drawn; the selected queue's chart still gets the look's point
-      document.getElementById("updated").textContent = `read at ${clock(data.at)}`;
+      document.getElementById("updated").textContent = readAt(data);
       if (lastData) chartNow({ ...lastData, at: data.at });
       return;
     }
@@ -82,9 +82,16 @@ function reload() {
   refresh();
 }
 
+// When the figures were read: serve's own look, or during its first the controller's last.
+function readAt(data) {
+  return data.read_from === "status"
+    ? `the controller's look of ${clock(data.at)} (serve is reading the home; chains once it has)`
+    : `read at ${clock(data.at)}`;
+}
+
 function render(data) {
   lastData = data;
-  document.getElementById("updated").textContent = `read at ${clock(data.at)}`;
+  document.getElementById("updated").textContent = readAt(data);
   document.getElementById("controller").textContent = data.status_updated
     ? `controller status written ${ago(data.status_updated)}` : "no controller status yet";
   document.getElementById("mode").textContent = data.read_only ? "read-only" : "";
