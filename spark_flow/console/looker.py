@@ -70,7 +70,7 @@ class Looker:
         if looked is None:
             status = self._status_look()
             if status is not None:
-                view = status[1]
+                _, view, _ = status
                 return view, time.monotonic() - asked, (datetime.now(UTC) - view.at).total_seconds()
             looked = self._current(max(0.0, budget - (time.monotonic() - asked)))
             if looked is None:

@@ -15,6 +15,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Literal
 
 from spark_flow.exceptions import QueueNotFoundError, SubscriptionNotFoundError, one_line
 from spark_flow.flow.drain import measured_backlog
@@ -110,7 +111,7 @@ class HomeView:
     status_updated: datetime | None = None  # a controller's last write of the status table
     #: ``tables``: read from the queues' tables; ``status``: the controller's last look, from the
     #: status table alone (:mod:`spark_flow.ops.status_view`: no chains, maximums or backpressure).
-    read_from: str = "tables"
+    read_from: Literal["tables", "status"] = "tables"
 
     def queue(self, name: str) -> QueueView | None:
         """A queue by name (registered) or path (a downstream queue outside the home)."""

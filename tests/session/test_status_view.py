@@ -65,7 +65,6 @@ def test_a_scrape_and_a_page_during_serve_s_first_look_get_the_controller_s_last
     assert not {key[0] for key, rows in series(view).items() if rows} & NOT_KEPT
     assert 0 <= age <= (datetime.now(UTC) - view.at).total_seconds() and took < 5
 
-
     # A console page then: its list from the same status rows, no root cause marked (the status
     # table keeps no chains); on main it waited for the first look, here for ever.
     with serving(home) as server, server.looker.lock:
