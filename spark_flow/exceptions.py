@@ -158,9 +158,9 @@ class QueueFullTimeoutError(FlowControlError):
 
 
 class HoldInterruptedError(SparkFlowError):
-    """Thrown when a query is stopped while held or throttled before or between the chunks of a
-    batch; the batch is not complete, so it is replayed (and its enqueued chunks skipped) when
-    the query restarts."""
+    """Thrown when a query is stopped before its batch's last write: while held or throttled,
+    or between the batch's chunks; the batch is not complete, so it is replayed (and its
+    enqueued chunks skipped) when the query restarts."""
 
 
 class QueueSettingError(ConfigurationError):

@@ -156,8 +156,13 @@ class Gate:
         until the queue is not stopped. Returns the seconds held and the window: ``capacity``
         messages, or all of them when no limit applies to the producers; at most one second of
         the producer's publish rate at the batch's mean message size. Raises
-        :class:`HoldInterruptedError` when the query is stopped while held.
+        :class:`HoldInterruptedError` when the query is stopped while held, or before a write
+        after the batch's first (Spark's stop interrupts the batch's jobs, but a JVM call that
+        swallows the interruption lets the batch go on, chunk after chunk).
         """
+        if started and not is_active():
+            raise HoldInterruptedError(f"query stopped in mid-batch into queue {self.queue.name!r}; the rest of the "
+                                       "batch is enqueued when the query restarts")
         settings, held = self.queue.settings(), 0.0
         if started or self.producer.on_full != "hold" or settings.producers_stopped:
             status = self.step()

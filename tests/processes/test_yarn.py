@@ -58,7 +58,11 @@ def yarn_conf() -> dict[str, str]:
             "spark.executor.instances": "1", "spark.executor.cores": "1", "spark.executor.memory": "512m",
             "spark.yarn.am.memory": "384m", "spark.pyspark.python": sys.executable,
             # the driver goes on while its executor starts (its first tasks wait for it)
-            "spark.scheduler.minRegisteredResourcesRatio": "0"}
+            "spark.scheduler.minRegisteredResourcesRatio": "0",
+            # no UI, as every session of the suite: the application master's registration adds
+            # its filter to the UI's handlers as they start (a Jetty ConcurrentModificationException
+            # killed a job's SparkContext once, 2cad6cc)
+            "spark.ui.enabled": "false"}
 
 
 def test_jobs_on_yarn_with_queue_home_and_checkpoints_on_hdfs(yarn_cluster: tuple[str, Path], tmp_path: Path) -> None:

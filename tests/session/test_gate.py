@@ -19,7 +19,7 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 from pyspark.sql import SparkSession
 
-from spark_flow.exceptions import QueueFullError
+from spark_flow.exceptions import HoldInterruptedError, QueueFullError
 from spark_flow.flow.gate import Gate, GateStatus
 from spark_flow.flow.queue import Queue
 from spark_flow.records.transitions import transition_detail
@@ -227,3 +227,18 @@ def test_a_write_is_at_most_a_capacity_window_and_one_second_of_quota(spark: Spa
     declare(spark, path, SCHEMA, settings=settings)
     gate = Gate(Queue(path), ProducerSettings(capacity=capacity, msg_publish_rate=5))
     assert gate.admit(Depth(15, 150), lambda: True, started=False) == (0.0, window)
+
+
+def test_a_stopped_query_writes_no_further_chunk_of_its_batch(spark: SparkSession, tmp_path: Path) -> None:
+    """Asked for the next chunk of a batch (``started``) once its query is stopped, the gate
+    refuses it as a stop, though the queue is far from its stop: the sink's stop must not depend
+    on Spark's interruption of the batch's jobs (CI saw a producer through the engine go on
+    writing a backlog of chunks past Spark's 60 s stop timeout). A fresh batch's first write is
+    not asked about."""
+    path = str(tmp_path / "q")
+    declare(spark, path, SCHEMA, settings={"stopCount": 100})
+    gate = Gate(Queue(path), ProducerSettings(capacity=3))
+    with pytest.raises(HoldInterruptedError, match=r"query stopped in mid-batch into queue '.*q'"):
+        gate.admit(Depth(15, 150), lambda: False, started=True)
+    assert gate.admit(Depth(15, 150), lambda: False, started=False) == (0.0, 3)
+

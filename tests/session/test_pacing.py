@@ -35,7 +35,10 @@ def settled(queue: Queue, polls: int = 12) -> int:
 
 
 def delivered(spark: SparkSession, output: Path) -> int:
-    return spark.read.format("delta").load(str(output)).count() if (output / "_delta_log").exists() else 0
+    """The consumer's rows so far: none until its first commit (its sink makes the log's
+    directory before it writes that commit)."""
+    first_commit = output / "_delta_log" / f"{0:020}.json"
+    return spark.read.format("delta").load(str(output)).count() if first_commit.exists() else 0
 
 
 def test_a_paced_producer_waits_under_stop_for_its_consumer_and_follows_it(spark: SparkSession,
