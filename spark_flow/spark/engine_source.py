@@ -10,8 +10,10 @@ progress is reported (:class:`EngineAcks`, a query listener in the process that 
 query, the client under Spark Connect): Delta's offset names the last commit read
 (``reservoirVersion``) and how far into it (``index``), and every commit read whole is
 acknowledged. A subscription acknowledged part way into a commit (by a ``flowqueue`` consumer)
-is read again from that commit's start. Read limits are Delta's (``maxFilesPerTrigger``,
-``maxBytesPerTrigger``).
+is read again from that commit's start. Each batch reads the subscription's position again (a
+stream-static join on its row), so what a ring discarded, expiry or a stalled consumer's
+eviction moved it past while the query runs is not delivered (a commit partly discarded is, whole).
+Read limits are Delta's (``maxFilesPerTrigger``, ``maxBytesPerTrigger``).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql.streaming.listener import QueryIdleEvent, QueryProgressEvent, QueryStartedEvent, QueryTerminatedEvent
 
 from spark_flow.exceptions import ConfigurationError, QueueNotFoundError
+from spark_flow.flow.expiry import expire
 from spark_flow.rules.names import is_path, normalize_path
 from spark_flow.rules.storage_options import IO_OPTION
 from spark_flow.spark.listener import ClosingListener
@@ -73,7 +76,14 @@ def read_engine_queue(spark: SparkSession, queue: Queue, settings: SourceOptions
     reader = spark.readStream.format("delta").option("readChangeFeed", "true").option("startingVersion", max(0, done))
     for key, value in delta_options.items():
         reader = reader.option(key, value)
-    frame = load(reader, queue.path).where((F.col("_change_type") == "insert") & (F.col("_commit_version") > done))
+    expire(queue, queue.settings())  # what is too old is not delivered, as the flowqueue source does
+    # The subscription's row, read again at every batch (the static side of a stream-static
+    # join): what a ring discarded, expiry or a stalled consumer's eviction moved it past since
+    # the query started is not delivered.
+    acknowledged = (load(spark.read.format("delta"), queue.subscriptions.location)
+                    .where(F.col("name") == name).select(F.col("position").alias("_acknowledged")))
+    frame = (load(reader, queue.path).where(F.col("_change_type") == "insert")
+             .join(F.broadcast(acknowledged), F.col("_commit_version") > F.col("_acknowledged")))
     columns = [F.col(f"`{column}`") for column in queue.schema().names]
     acks(spark).follow(queue, name, _described_as(spark, queue.path))
     return frame.select(*columns, F.col("_commit_version").alias("_position"),
@@ -150,6 +160,7 @@ class EngineAcks(ClosingListener):
             queue, subscription = followed
             try:
                 queue.acknowledge(subscription, done)
+                expire(queue, queue.settings())  # before the next batch reads the subscription's position
             except QueueNotFoundError as error:  # the query fails with it at its next batch
                 log.info("%s", error)
 

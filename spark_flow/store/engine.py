@@ -105,7 +105,8 @@ def engine_is_table(location: str, storage_options: Mapping[str, str] | None = N
     table (a queue's state, ``<queue>/_flow/...``) prints a warning about partition paths before
     it fails. The log is named by a glob (``_delta_log`` is hidden to a file source named
     plainly) given twice (Spark's look for a streaming sink's metadata at a single path logs a
-    stack when the path is not there)."""
+    stack when the path is not there). A catalog name is asked of the catalog, then, when there
+    is a table, of Delta (``DESCRIBE DETAIL``: its format)."""
     spark = engine_session(location)
     if time.monotonic() - _ABSENT.get(location, -math.inf) < _ABSENT_FOR:
         return False
@@ -118,6 +119,8 @@ def engine_is_table(location: str, storage_options: Mapping[str, str] | None = N
             if not _no_table(error):
                 raise
         _ABSENT[location] = time.monotonic()
+        return False
+    if not spark.catalog.tableExists(location):  # a hundredth of DESCRIBE DETAIL's second at a first look
         return False
     try:
         detail = spark.sql(f"DESCRIBE DETAIL {location}").collect()

@@ -4,6 +4,8 @@ and judged through deltalake alike, and the reverse; what only one store can do 
 from __future__ import annotations
 
 import json
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,7 @@ from spark_flow.flow.queue import Queue
 from spark_flow.rules.depth import METADATA_KEY, Depth
 from spark_flow.rules.storage_options import IO_OPTION
 from spark_flow.spark.declare import declare, purge_acknowledged
+from spark_flow.spark.sink import QueueSink
 from spark_flow.spark.source import read_queue
 from spark_flow.store.engine import EngineTable
 from spark_flow.store.lake import LakeTable
@@ -89,6 +92,51 @@ def test_producers_and_consumers_in_different_stores_share_one_queue(spark: Spar
         delivered = spark.read.format("delta").load(str(tmp_path / out))
         assert delivered.count() == enqueued.count()
         assert delivered.groupBy("producer", "id").count().filter("count > 1").count() == 0
+
+
+@pytest.mark.parametrize(("settings", "delivered", "counted"), [({"policy": "ring", "maxCount": 3}, [3, 4, 5], 2),
+                                                               ({"messageTtl": "3s"}, [6], 5)],
+                         ids=["a ring's discards", "expired messages"])
+def test_an_engine_consumer_skips_what_its_subscription_was_moved_past_while_it_runs(
+        spark: SparkSession, tmp_path: Path, settings: dict, delivered: list[int], counted: int) -> None:
+    """While an engine consumer's first batch runs, messages 1-5 come in one commit each and the
+    queue moves the subscription past some of them: a ring of 3 discards the oldest, or they
+    outlive a TTL of 3 s (message 6, written after, expires them). Its next batch reads those
+    commits from Delta's change feed, as the query's offsets say, and delivers only what is after
+    the subscription's position then, as the flowqueue source does (a running engine consumer
+    delivered every one of them)."""
+    path = str(tmp_path / "q")
+    queue = declare(spark, path, "id BIGINT, body STRING", settings=settings)
+    sink = QueueSink(path, app_id="p")
+    entered, release, consumed = threading.Event(), threading.Event(), []
+
+    def consume(batch: DataFrame, batch_id: int) -> None:
+        consumed.extend(sorted(r.id for r in batch.select("id").collect()))
+        entered.set()
+        release.wait(120)
+
+    spark.conf.set(IO_OPTION, "engine")
+    try:
+        query = (read_queue(spark, path).writeStream.foreachBatch(consume).trigger(processingTime="500 milliseconds")
+                 .option("checkpointLocation", str(tmp_path / "c")).start())
+    finally:
+        spark.conf.unset(IO_OPTION)
+    try:
+        assert entered.wait(120) and consumed == []
+        for message in range(1, 6):
+            sink(spark.createDataFrame([(message, "m")], "id BIGINT, body STRING"), message)
+        if "messageTtl" in settings:
+            time.sleep(3.1)  # the TTL is the mechanism: let it pass for messages 1-5
+            sink(spark.createDataFrame([(6, "m")], "id BIGINT, body STRING"), 6)
+        release.set()
+        wait_until(lambda: consumed[-1:] == delivered[-1:], 60)
+        query.processAllAvailable()
+    finally:
+        release.set()
+        query.stop()
+    assert consumed == delivered
+    sub = queue.subscriptions.get("default")
+    assert (sub.discarded_count, sub.expired_count) == ((counted, 0) if "policy" in settings else (0, counted))
 
 
 def test_what_the_engine_cannot_do_is_refused_naming_the_setting(spark: SparkSession, tmp_path: Path) -> None:
