@@ -65,8 +65,10 @@ Locate = Callable[[str], str | None]
 
 def dead_letter_queue(origin: Queue, settings: QueueSettings) -> str:
     """Where ``origin``'s dead letters go: its ``deadLetterQueue`` setting (a path or a catalog
-    name), else beside it: ``<origin path>_dlq``."""
-    return settings.dead_letter_queue or origin.path.rstrip("/") + SUFFIX
+    name), else beside it, named as it was declared: ``<origin path or name>_dlq`` (a queue
+    declared as ``flow.events`` has ``flow.events_dlq``, its state tables named alike, not after
+    the catalog's full name of the origin's table)."""
+    return settings.dead_letter_queue or (catalog_name(origin) or origin.path.rstrip("/")) + SUFFIX
 
 
 @dataclass(frozen=True)

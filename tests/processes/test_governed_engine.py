@@ -38,7 +38,7 @@ url, home, checkpoints, rows = sys.argv[1:]
 spark = SparkSession.builder.remote(url).getOrCreate()
 spark.sql(f"CREATE SCHEMA IF NOT EXISTS {home}")  # an administrator's, on a governed workspace
 spark.conf.set("spark.flow.home", home)
-declare(spark, f"{home}.events", "id BIGINT", settings={"stopCount": 30, "resumeCount": 10})
+declare(spark, f"{home}.events", "id BIGINT", settings={"stopCount": 30, "resumeCount": 10, "maxDeliveries": 1})
 for first in range(0, int(rows), 10):
     spark.range(first, first + 10, numPartitions=1).write.format("delta").mode("append").saveAsTable(f"{home}.input")
 messages = spark.readStream.format("delta").option("maxFilesPerTrigger", 1).table(f"{home}.input")
@@ -51,10 +51,12 @@ exit_process(0)
 
 #: A consumer job, scheduled: once the queue's producer is held, a run to completion after
 #: another, until every message is enqueued and acknowledged; then what the engine's readers say.
+#: Message 13 is a poison: its processing fails (``assert_true``), and ``DeadLetters`` moves it,
+#: in the server's foreachBatch worker, to the queue's dead-letter table through the engine.
 CONSUMER = """
 import json, sys, time
 from pyspark.sql import SparkSession
-from spark_flow import read_queue
+from spark_flow import DeadLetters, read_queue
 from spark_flow.flow.queue import open_queue
 from spark_flow.ops.admin import FlowAdmin
 from spark_flow.spark.session import exit_process, session_storage_options
@@ -79,10 +81,18 @@ held = open_queue(queue, storage)
 timeline.append(("held", round(time.monotonic() - began)))
 deadline = time.monotonic() + 300
 runs = 0
+delivered_to = f"{home}.delivered"
+
+
+def process(batch, batch_id):
+    (batch.where("assert_true(id != 13, 'poison') IS NULL").write.format("delta").mode("append")
+     .option("txnAppId", "consumer").option("txnVersion", batch_id).saveAsTable(delivered_to))
+
+
 while spark.table(queue).count() < int(rows) or held.depths()["default"].count:  # all in, then read
     assert time.monotonic() < deadline, f"not drained: {held.depths()}; {timeline}"
-    query = (read_queue(spark, queue).writeStream.option("checkpointLocation", checkpoints + "/consumer")
-             .trigger(availableNow=True).toTable(f"{home}.delivered"))
+    query = (read_queue(spark, queue).writeStream.foreachBatch(DeadLetters(process, queue))
+             .option("checkpointLocation", checkpoints + "/consumer").trigger(availableNow=True).start())
     query.awaitTermination()
     runs += 1
     timeline.append((f"run {runs}", round(time.monotonic() - began)))
@@ -94,6 +104,8 @@ print(json.dumps({
     "stops": [r["flow_stopped_count"] for r in history if r["flow_stopped"]],
     "deepest": max(r["depth_count"] for r in history),
     "delivered": delivered.count(), "distinct": delivered.select("id").distinct().count(),
+    "dead_letters": [(r.id, r._deliveries) for r in spark.table(queue + "_dlq").collect()],
+    "dead_lettered": held.subscriptions.get("default").dead_lettered_count,
     "subscriptions": [sub.name for sub in admin.subscriptions(queue)], "why": admin.why(queue),
     "tables": sorted(t.name for t in spark.catalog.listTables(home)),
     "conf": sorted(spark.conf.getAll.items()),
@@ -123,7 +135,9 @@ exit_process(0)
 def test_a_producer_and_a_consumer_on_engine_credentials_alone(governed_connect: Governed) -> None:
     """With nothing set, the queue and home by catalog name: the producer's job is held at stop +
     capacity and resumed, the consumer's scheduled runs (Delta's source through the engine) take
-    every message once, and its subscriptions and ``why`` read the queue through the engine;
+    every message but a poison one once (that one dead-lettered by ``DeadLetters`` in the
+    server's foreachBatch worker, into ``<queue>_dlq``), and its subscriptions and ``why``
+    read the queue through the engine;
     queue, state and home are managed tables of the home's schema. Then ``spark-flow --remote``
     (``spark.flow.io=engine``, the default with a remote): ``why``, ``stop-producers`` (applied
     at once), ``status`` (what the controller last wrote: nothing, none ran; then, after the
@@ -154,13 +168,15 @@ def test_a_producer_and_a_consumer_on_engine_credentials_alone(governed_connect:
     assert seen["mode"] == "EngineTable"
     assert seen["stops"] and seen["stops"] == list(range(1, len(seen["stops"]) + 1))
     assert 30 < seen["deepest"] <= 40, "held within stop + capacity"
-    assert seen["delivered"] == seen["distinct"] == 40, "every message once"
+    assert seen["delivered"] == seen["distinct"] == 39, "every message but the poison once"
+    assert (seen["dead_letters"], seen["dead_lettered"]) == ([[13, 1]], 1), "the poison dead-lettered"
     assert seen["subscriptions"] == ["default"]
     queue = f"{home}.events"
     assert seen["why"] == [f"{queue}: does not hold its producers (depth 0 messages, 0 bytes; stop 30 / resume 10 "
                            "messages)"]
     assert set(seen["tables"]) - {f"{home}_events_holds"} == {  # the hold's time: recorded as the producer resumes
-        "_spark_flow_queues", "delivered", "events", f"{home}_events_history", f"{home}_events_subscriptions", "input"}
+        "_spark_flow_queues", "delivered", "events", f"{home}_events_history", f"{home}_events_subscriptions", "input",
+        "events_dlq", f"{home}_events_dlq_subscriptions"}  # a dead-letter queue has no flow control: no history
     outputs = _command_line(governed_connect, home, queue, checkpoints, len(seen["stops"]))
     for text in (*produced, consumer.stdout, consumer.stderr, json.dumps(seen["conf"]), *outputs,
                  governed_connect.log.read_text(errors="replace")):
@@ -195,8 +211,10 @@ def _command_line(governed: Governed, home: str, queue: str, checkpoints: str, s
     outputs.append(controller.stdout + controller.stderr)
     assert controller.returncode == 0 and "controller done" in controller.stdout, controller.stderr[-5000:]
     header, *rows = cli("status").splitlines()
-    assert len(rows) == 1, rows
-    shown = dict(zip(header.split(), rows[0].split(), strict=True))
+    shown_by_queue = {row.split()[0]: dict(zip(header.split(), row.split(), strict=True)) for row in rows}
+    assert sorted(shown_by_queue) == [queue, f"{queue}_dlq"], rows  # the dead-letter queue is the home's too
+    assert shown_by_queue[f"{queue}_dlq"]["depth"] == "1"  # its letter, for an operator to replay
+    shown = shown_by_queue[queue]
     assert (shown["queue"], shown["subscription"], shown["depth"], shown["flowStopped"], shown["held"]) == (
         queue, "default", "0", "false", "true")  # drained, held by the operator's stop-producers
     assert shown["flowStoppedCount"] == str(stops)

@@ -13,7 +13,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 from support.docs import python_blocks
-from support.stores import Io
+from support.stores import IO_SCHEMA, Io
 from support.streams import is_held, wait_until
 
 from spark_flow.exceptions import QueueFullError
@@ -136,6 +136,8 @@ def test_a_redelivery_stopped_in_the_middle_goes_on_where_it_stopped(spark: Spar
     assert calls == sorted(set(calls)), "no call id used twice"
     assert refused[0] in calls[3:], "the part in flight was delivered again with its own id"
     assert [(row.id, row._deliveries) for row in io.table(spark, path + "_dlq").collect()] == [(50, 1)]
+    if io.mode == "engine":  # named as its queue was declared, its state tables too
+        assert spark.catalog.tableExists(f"{IO_SCHEMA}.{IO_SCHEMA}_events_dlq_subscriptions")
     assert Queue(path).subscriptions.get("default").dead_lettered_count == 1
 
 
