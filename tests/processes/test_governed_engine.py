@@ -228,7 +228,9 @@ def _command_line(governed: Governed, home: str, queue: str, checkpoints: str, s
 
 def _scraped(governed: Governed, env: dict[str, str], home: str, queue: str, stops: int) -> str:
     """``spark-flow --remote ... serve`` with no credential in its Python: its ``/metrics``, as
-    Prometheus asks for them, say through the engine what ``status`` said; serve's output."""
+    Prometheus asks for them, say through the engine what ``status`` said; its console lists the
+    queue held and its dead-letter queue with a letter, and an operator's start-producers from
+    the page is applied through the engine (the queue no longer held); serve's output."""
     with spark_flow_serve("--remote", governed.url, "--home", home, env=env) as (serve, url):
         labels = f'home="{home}",queue="{queue}"'
         wanted = [f"spark_flow_producers_stopped{{{labels}}} 1.0",
@@ -245,4 +247,12 @@ def _scraped(governed: Governed, env: dict[str, str], home: str, queue: str, sto
             wait_until(says_it, 120, interval=1.0)
         except AssertionError as error:
             raise AssertionError(f"{error}; the last answer: {answers[-1][0]}: {answers[-1][1][-3000:]}") from None
+        listed = json.loads(http(f"{url}api/overview")[1])["queues"]
+        assert sorted((q["name"], q["held"], q["depth"]["count"]) for q in listed) == [
+            (queue, True, 0), (f"{queue}_dlq", False, 1)], listed
+        csrf = re.search(r'name="csrf-token" content="([^"]+)"', http(url)[1]).group(1)  # type: ignore[union-attr]
+        status, text = http(f"{url}api/action", "POST", {"action": "start-producers", "target": queue},
+                            {"Content-Type": "application/json", "X-CSRF-Token": csrf})
+        assert status == 200 and json.loads(text)["applied"] == [queue], text
+        wait_until(lambda: not any(q["held"] for q in json.loads(http(f"{url}api/overview")[1])["queues"]), 60)
     return serve.stdout.read() + serve.stderr.read()  # type: ignore[union-attr]
