@@ -241,4 +241,3 @@ def test_a_stopped_query_writes_no_further_chunk_of_its_batch(spark: SparkSessio
     with pytest.raises(HoldInterruptedError, match=r"query stopped in mid-batch into queue '.*q'"):
         gate.admit(Depth(15, 150), lambda: False, started=True)
     assert gate.admit(Depth(15, 150), lambda: False, started=False) == (0.0, 3)
-
