@@ -2,7 +2,8 @@
 the engine (``spark.flow.io=engine``, governed compute) costs against ``deltalake`` in this Python.
 
 - The median time of one gate look (``Gate.step``: the queue's log caught up, its
-  subscriptions, settings and depth), ``--looks`` times in each store, on one queue.
+  subscriptions, settings and depth), ``--looks`` times in each store, on one queue, each one
+  that reads (a second apart: ``FRESH_FOR``).
 - A producer: the same stream (a Delta source table, ``--batch`` messages a micro-batch, ``--batches``
   batches) written by ``QueueSink`` in each store, and by Delta's plain streaming sink; the
   whole run's seconds and their ratios to Delta's.
@@ -30,6 +31,7 @@ from spark_flow.flow.gate import Gate
 from spark_flow.flow.queue import Queue
 from spark_flow.rules.storage_options import IO_OPTION
 from spark_flow.spark.session import exit_process
+from spark_flow.store.engine_history import FRESH_FOR
 
 STORES = ("deltalake", "engine")
 
@@ -68,13 +70,16 @@ def main() -> None:
 
 
 def gate_look(spark: Any, path: Path, store: str, looks: int) -> list[float]:
-    """Seconds of each gate look at a queue of a few commits, through ``store``."""
+    """Seconds of each gate look at a queue of a few commits, through ``store``: each a look that
+    reads the queue's tables (the engine answers a look within ``FRESH_FOR`` of another from that
+    one's reads, so the looks here are that far apart)."""
     declare(spark, str(path), "id BIGINT, body STRING", settings={"stopCount": 1_000_000})
     spark.range(10).selectExpr("id", "'x' AS body").write.format("delta").mode("append").save(str(path))
     gate = Gate(Queue(str(path), {IO_OPTION: store}))
     gate.step()
     times = []
     for _ in range(looks):
+        time.sleep(FRESH_FOR)
         started = time.perf_counter()
         gate.step()
         times.append(time.perf_counter() - started)

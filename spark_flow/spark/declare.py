@@ -36,7 +36,7 @@ from spark_flow.rules.names import QueueRef, home_member, is_path, normalize_pat
 from spark_flow.rules.settings import queue_settings
 from spark_flow.spark.session import session_flow_conf, session_storage_options
 from spark_flow.store.access import check_access
-from spark_flow.store.engine import made_elsewhere, purge_refused
+from spark_flow.store.engine import made_elsewhere, purge_refused, spark_sql_string
 from spark_flow.store.handles import forget
 from spark_flow.store.io import uses_engine
 from spark_flow.store.table import retry_commit
@@ -45,10 +45,6 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.types import StructType
 
-
-def spark_sql_string(text: str) -> str:
-    """A string literal in a Spark SQL statement: a quote is escaped with a backslash."""
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 def _queue_properties(settings: Mapping[str, Any]) -> dict[str, str]:
     """Declare arguments as ``flow.*`` table properties (``maxCount``, ``flow.maxCount`` and
@@ -161,7 +157,7 @@ def _adopt(spark: SparkSession, ref: QueueRef, detail: Mapping[str, Any], wanted
         properties.setdefault(HOME_PROPERTY, home)
     properties["delta.enableChangeDataFeed"] = "true"
     if any(has.get(k) != v for k, v in properties.items()):
-        spark.sql(f"ALTER TABLE {ref.sql} SET TBLPROPERTIES ({_sql_properties(properties)})")
+        _alter(spark, ref, properties)
     return location
 
 
@@ -192,8 +188,14 @@ def _create(spark: SparkSession, ref: QueueRef, wanted: StructType | None, prope
             raise QueueNotFoundError(ref.name, f"table {ref.sql} was dropped while it was declared")
         location = _location(detail, storage)
         recorded = {STATE_LOCATION: state_location(location), CATALOG_TABLE: detail["name"]}
-    spark.sql(f"ALTER TABLE {ref.sql} SET TBLPROPERTIES ({_sql_properties(recorded)})")
+    _alter(spark, ref, recorded)
     return location
+
+
+def _alter(spark: SparkSession, ref: QueueRef, properties: Mapping[str, str]) -> None:
+    """Set the queue's ``properties``; the handles on it in this process see them at their next look."""
+    spark.sql(f"ALTER TABLE {ref.sql} SET TBLPROPERTIES ({_sql_properties(properties)})")
+    made_elsewhere(normalize_path(ref.path) if ref.path is not None else str(ref.table))
 
 
 def _check_location(spark: SparkSession, location: str, storage: Mapping[str, str], *, schema: bool) -> None:

@@ -28,7 +28,7 @@ from spark_flow.records.writer_claim import WriterClaim, needs_claim
 from spark_flow.rules.names import state_member
 from spark_flow.spark.session import is_connect
 from spark_flow.store.appends import DirectAppender
-from spark_flow.store.engine import save
+from spark_flow.store.engine import made_elsewhere, save
 from spark_flow.store.io import uses_engine
 from spark_flow.store.table import retry, with_transaction
 
@@ -87,7 +87,10 @@ class QueueWriter:
                   .option("userMetadata", with_transaction(metadata, (app_id, txn_version))))
 
         def write() -> None:
-            save(writer, self.queue.path)
+            try:
+                save(writer, self.queue.path)
+            finally:
+                made_elsewhere(self.queue.path)  # the gate's next look at the queue sees this commit
             self.queue.owner.require()  # Delta's writer made a new table where the queue was
 
         retry(write, conflicts, attempts=_WRITE_RETRIES, delay=0.05, longest=1.0,

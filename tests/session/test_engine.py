@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -41,10 +42,13 @@ def _same_judgement(engine: Queue, lake: Queue) -> None:
     def counted(depths: dict[str, Depth]) -> dict[str, tuple[int, int]]:
         return {sub: (d.count, d.size) for sub, d in depths.items()}
 
-    for _read in range(10):
+    deadline = time.monotonic() + 10  # the engine answers from a read up to FRESH_FOR old
+    while True:
         engine_depths, lake_depths = engine.depths(), lake.depths()
-        if engine.version() == lake.version() and counted(engine_depths) == counted(lake_depths):
+        if time.monotonic() > deadline or (engine.version() == lake.version()
+                                           and counted(engine_depths) == counted(lake_depths)):
             break
+        time.sleep(0.2)
     assert engine.version() == lake.version()
     assert counted(engine_depths) == counted(lake_depths)
     for sub, depth in engine_depths.items():
@@ -165,8 +169,9 @@ def test_the_engine_sees_a_column_a_plain_writer_added_between_a_producer_s_appe
     queue = Queue(path, {IO_OPTION: "engine"})
 
     def append(frame: DataFrame, **options: str) -> None:
+        before = queue.refresh()
         frame.write.format("delta").mode("append").options(**options).save(path)
-        queue.refresh()
+        wait_until(lambda: queue.refresh() > before, 5, 0.1)  # a write outside the store: seen within FRESH_FOR
 
     produced = {"userMetadata": json.dumps({METADATA_KEY: {"count": 1, "size": 8, "producer": "spark-flow/p"}})}
     assert queue.schema().names == ["id", "producer"]
@@ -176,3 +181,25 @@ def test_the_engine_sees_a_column_a_plain_writer_added_between_a_producer_s_appe
     append(spark.createDataFrame([(3, "p", None)], f"{SCHEMA}, extra STRING"), **produced)
     assert queue.schema().names == ["id", "producer", "extra"]
     assert '"extra"' in queue.spark_schema().json()
+
+
+def test_a_state_row_written_through_the_engine_reads_as_deltalake_wrote_it(spark: SparkSession, tmp_path: Path) -> None:
+    """A one-row compare-and-set through the engine (an UPDATE with the row's values in the
+    statement): a detail with quotes and backslashes and a time to the microsecond land as
+    deltalake's MERGE writes them; a row that moved since it was read is left alone; the
+    engine's handles on the table in this process see the write at once."""
+    path = str(tmp_path / "q")
+    declare(spark, path, SCHEMA)
+    engine, lake = _both(path)
+    other = Queue(path, {IO_OPTION: "engine"})
+    before = engine.subscriptions.get("default")
+    assert other.subscriptions.get("default") == before  # read: the next look within FRESH_FOR is answered by it
+    at = datetime(2026, 12, 7, 12, 30, 1, 123456, tzinfo=UTC)
+    detail = "it's C:\\queue\\q at 'depth' 5"
+    written = engine.subscriptions.transition(before, True, 1, detail, at)
+    assert written is not None and (written.flow_stopped, written.last_transition_detail) == (True, detail)
+    assert other.subscriptions.get("default") == written
+    assert lake.subscriptions.get("default") == written
+    assert engine.subscriptions.transition(before, True, 1, "stale", at) is None, "compare and set"
+    lake.subscriptions.transition(written, False, 1, "resumed", at)
+    assert engine.subscriptions.get("default") == lake.subscriptions.get("default")
