@@ -36,7 +36,8 @@ from spark_flow.rules.names import QueueRef, home_member, is_path, normalize_pat
 from spark_flow.rules.settings import queue_settings
 from spark_flow.spark.session import session_flow_conf, session_storage_options
 from spark_flow.store.access import check_access
-from spark_flow.store.engine import made_elsewhere, purge_refused, spark_sql_string
+from spark_flow.store.engine import made_elsewhere, purge_refused
+from spark_flow.store.engine_sql import spark_sql_string
 from spark_flow.store.handles import forget
 from spark_flow.store.io import uses_engine
 from spark_flow.store.table import retry_commit

@@ -17,7 +17,7 @@ import math
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC
 from typing import TYPE_CHECKING, Any
 
 from spark_flow.exceptions import ConfigurationError
@@ -25,8 +25,9 @@ from spark_flow.rules.depth import commit_from_info
 from spark_flow.rules.names import is_path
 from spark_flow.rules.storage_options import IO_OPTION
 from spark_flow.store.engine_history import FRESH_FOR, forget, history_of, wrote
+from spark_flow.store.engine_sql import merge_sql, update_sql
 from spark_flow.store.io import engine_session
-from spark_flow.store.table import ALL, CommitConflict, Merge, sql_string, transaction_of, with_transaction
+from spark_flow.store.table import CommitConflict, Merge, sql_string, transaction_of, with_transaction
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -40,7 +41,6 @@ _NO_TABLE = re.compile(r"DELTA_MISSING_DELTA_TABLE|DELTA_TABLE_ONLY_OPERATION|DE
 #: How long (seconds) a path found without a table is taken to have none (a queue's run-time
 #: settings, made by the first ``spark-flow set``, are looked for at every look at the queue).
 _ABSENT_FOR = 1.0
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _ABSENT: dict[str, float] = {}  # path -> when it was found without a table
 _NAMED: set[str] = set()  # catalog names this process found or made a table at
 #: Operations that change a table's rows, never its properties or schema: a handle keeps its
@@ -202,73 +202,6 @@ def _nullable_strings(schema: pa.Schema) -> pa.Schema:
     import pyarrow as pa
 
     return pa.schema([f.with_type(pa.string()) if pa.types.is_null(f.type) else f for f in schema])
-
-
-def _assignments(assigned: Mapping[str, str]) -> str:
-    return ", ".join(f"`{column}` = {expression}" for column, expression in assigned.items())
-
-
-def merge_sql(target: str, merge: Merge, *, merge_schema: bool = False) -> str:
-    """A :class:`Merge` as Spark SQL's ``MERGE INTO`` of the source ``{s}``."""
-    clauses = []
-    if merge.update is not None:
-        when = f" AND ({merge.update_when})" if merge.update_when else ""
-        action = "UPDATE SET *" if merge.update == ALL else f"UPDATE SET {_assignments(merge.update)}"
-        clauses.append(f"WHEN MATCHED{when} THEN {action}")
-    if merge.insert == ALL:
-        clauses.append("WHEN NOT MATCHED THEN INSERT *")
-    elif merge.insert is not None:
-        names = ", ".join(f"`{column}`" for column in merge.insert)
-        clauses.append(f"WHEN NOT MATCHED THEN INSERT ({names}) VALUES ({', '.join(merge.insert.values())})")
-    evolution = " WITH SCHEMA EVOLUTION" if merge_schema else ""
-    return f"MERGE{evolution} INTO {target} t USING {{s}} s ON {merge.on} " + " ".join(clauses)
-
-
-#: A reference to a column of a MERGE's source, or a quoted literal or name to leave as it is.
-_SOURCE_COLUMN = re.compile(r"'(?:[^'\\]|\\.)*'|`(?:[^`]|``)*`|\bs\.`?(\w+)`?")
-
-
-def spark_sql_string(text: str) -> str:
-    """A string literal in a Spark SQL statement: a quote and a backslash escaped with a backslash."""
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
-def _literal(value: Any) -> str | None:
-    """``value`` (one of :func:`~spark_flow.store.tables.one_row`'s) as a Spark SQL literal;
-    None for a value of another kind."""
-    if value is None:
-        return "NULL"
-    if isinstance(value, bool):
-        return "TRUE" if value else "FALSE"
-    if isinstance(value, int):
-        return f"{value}L"
-    if isinstance(value, str):
-        return spark_sql_string(value)
-    if isinstance(value, datetime) and value.tzinfo is not None:
-        return f"timestamp_micros({(value - _EPOCH) // timedelta(microseconds=1)})"
-    return None
-
-
-def update_sql(target: str, merge: Merge, row: Mapping[str, Any]) -> str | None:
-    """A :class:`Merge` of the one source ``row`` that only updates, as ``UPDATE`` with the row's
-    values in place of its columns: Delta runs it in 2 Spark jobs, where a MERGE of the same
-    row takes 6 to 13 (0.3 s against 0.5-1.4 s on 2 cores), and a queue's state is written so,
-    a row at a time (an acknowledgement, a transition, a redelivery's progress). None where
-    that cannot be said so (an insert, a whole-row update, a value of another kind)."""
-    if merge.insert is not None or merge.update is None or merge.update == ALL:
-        return None
-    literals: dict[str, str] = {}
-    for column, value in row.items():
-        literal = _literal(value)
-        if literal is None:
-            return None
-        literals[column] = literal
-
-    def inline(expression: str) -> str:
-        return _SOURCE_COLUMN.sub(lambda m: m.group(0) if m.group(1) is None else literals[m.group(1)], expression)
-
-    where = f"({inline(merge.on)})" + (f" AND ({inline(merge.update_when)})" if merge.update_when else "")
-    return f"UPDATE {target} t SET {_assignments({c: inline(e) for c, e in merge.update.items()})} WHERE {where}"
 
 
 class EngineTable:

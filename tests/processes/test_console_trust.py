@@ -22,7 +22,7 @@ from urllib.request import Request, urlopen
 import pytest
 from pyspark.sql import SparkSession
 from selenium.webdriver.common.by import By
-from support.homes import enqueue, http, look_as_a_producer, make_queue, serving
+from support.homes import console_action, enqueue, http, look_as_a_producer, make_queue, serving
 from support.pages import click, rows, wait
 from support.processes import SPARK_FLOW, spark_flow_serve
 from support.servers import prometheus_server
@@ -192,9 +192,7 @@ def test_cli_commands_and_console_actions_are_recorded_with_their_issuer_and_log
     assert done.returncode == 0 and done.stdout.startswith("command ") and "applied to events" in done.stdout, done
     assert look_as_a_producer(queue).held  # 2: in force, no controller anywhere
     with spark_flow_serve("--home", home) as (process, url):
-        csrf = re.search(r'name="csrf-token" content="([^"]+)"', http(url)[1]).group(1)  # type: ignore[union-attr]
-        status, _ = http(f"{url}api/action", "POST", {"action": "start-producers", "target": "events"},
-                         {"Content-Type": "application/json", "X-CSRF-Token": csrf})
+        status, _ = console_action(url, "start-producers", "events")
         assert status == 200
     log = process.stderr.read()  # type: ignore[union-attr]
     first, second = FlowAdmin(home).commands.read()

@@ -18,7 +18,7 @@ import time
 import uuid
 
 import pytest
-from support.homes import http
+from support.homes import console_action, http
 from support.processes import ROOT, SPARK_FLOW, spark_flow_serve
 from support.servers import Governed
 from support.streams import wait_until
@@ -250,9 +250,7 @@ def _scraped(governed: Governed, env: dict[str, str], home: str, queue: str, sto
         listed = json.loads(http(f"{url}api/overview")[1])["queues"]
         assert sorted((q["name"], q["held"], q["depth"]["count"]) for q in listed) == [
             (queue, True, 0), (f"{queue}_dlq", False, 1)], listed
-        csrf = re.search(r'name="csrf-token" content="([^"]+)"', http(url)[1]).group(1)  # type: ignore[union-attr]
-        status, text = http(f"{url}api/action", "POST", {"action": "start-producers", "target": queue},
-                            {"Content-Type": "application/json", "X-CSRF-Token": csrf})
+        status, text = console_action(url, "start-producers", queue)
         assert status == 200 and json.loads(text)["applied"] == [queue], text
         wait_until(lambda: not any(q["held"] for q in json.loads(http(f"{url}api/overview")[1])["queues"]), 60)
     return serve.stdout.read() + serve.stderr.read()  # type: ignore[union-attr]

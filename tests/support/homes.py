@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -118,6 +119,14 @@ def http(url: str, method: str = "GET", body: object = None, headers: Mapping[st
         return error.code, error.read().decode()
     except URLError as error:
         return 0, str(error.reason)
+
+
+def console_action(url: str, action: str, target: str) -> tuple[int, str]:
+    """An operator's action POSTed from the console's page at ``url``, with the page's CSRF token."""
+    token = re.search(r'name="csrf-token" content="([^"]+)"', http(url)[1])
+    assert token is not None, "the page carries its CSRF token"
+    return http(f"{url}api/action", "POST", {"action": action, "target": target},
+                {"Content-Type": "application/json", "X-CSRF-Token": token.group(1)})
 
 
 def chain(home: str, names: list[str], **settings: object) -> list[Queue]:
