@@ -125,7 +125,7 @@ def chart(report: dict[str, Any]) -> Any:
     bars = look.bar(list(medians), [seconds * 1000 for seconds in medians.values()])
     look.bar_label(bars, labels=[f"{seconds * 1000:.1f} ms" for seconds in medians.values()])
     look.set_ylabel("milliseconds")
-    look.set_title("one gate look (median)")
+    look.set_title("one gate look that reads (median)")
     names = ["delta", *STORES]
     width = 0.4
     for offset, kind in ((-width / 2, "producer"), (width / 2, "consumer")):
