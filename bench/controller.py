@@ -13,6 +13,7 @@ number compared; before, it had the session's ``spark.sql.shuffle.partitions`` (
 preset; a cluster's default is 200). Writes bench/controller.json and bench/controller.png.
 
     .venv/bin/python bench/controller.py [--sizes 1 100 1000 5000] [--state-partitions 1 2 8] [--batches 5]
+        [--io deltalake|engine]
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from spark_flow.flow.gate import Gate
 from spark_flow.flow.queue import Queue
 from spark_flow.ops.admin import FlowAdmin
 from spark_flow.records.home import Registry
+from spark_flow.rules.storage_options import IO_OPTION
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -81,8 +83,10 @@ def main() -> None:
     options.add_argument("--sizes", type=int, nargs="+", default=[1, 100, 1000, 5000])
     options.add_argument("--state-partitions", type=int, nargs="+", default=[1, 2, 8])
     options.add_argument("--batches", type=int, default=5, help="controller batches timed per size (after the first)")
+    options.add_argument("--io", choices=["deltalake", "engine"], default="deltalake",
+                         help="how the controller reads and writes the tables (spark.flow.io)")
     args = options.parse_args()
-    report = {"machine": machine(), "results": {}}
+    report = {"machine": machine(), "io": args.io, "results": {}}
     spark = get_spark(local_conf(2))
     spark.sparkContext.setLogLevel("ERROR")
     template = declare(spark, str(Path(tempfile.mkdtemp(prefix="spark-flow-bench-template-")) / "template"),
@@ -102,6 +106,7 @@ def main() -> None:
         results[size] = {"queues": size, "setup_seconds": round(setup, 1), "state_partitions": {}}
         for partitions in args.state_partitions:
             controller.STATE_PARTITIONS = partitions
+            spark.conf.set(IO_OPTION, args.io)  # the queues were made with deltalake: the controller's way alone varies
             query = controller.start_controller(spark, home, trigger="100 milliseconds",
                                                 checkpoint_location=str(base / f"checkpoint{size}-{partitions}"))
             while len(query.recentProgress) < 2 and query.isActive:
@@ -112,6 +117,7 @@ def main() -> None:
             cpu, [opening, *progress] = cpu_seconds() - cpu, query.recentProgress
             timed = progress[first - 1:]
             query.stop()
+            spark.conf.unset(IO_OPTION)
             durations = [p["durationMs"]["triggerExecution"] / 1000 for p in timed]
             median = statistics.median(durations)
             phases = {key: round(statistics.median(p["durationMs"].get(key, 0) for p in timed) / 1000, 3)
