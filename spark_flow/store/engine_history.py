@@ -45,10 +45,11 @@ def _key(spark: SparkSession, name: str) -> tuple[str, str]:
 def history_of(spark: SparkSession, name: str) -> EngineHistory:
     """The history of the table Spark SQL names ``name`` that every handle on it through
     ``spark`` shares."""
+    key = _key(spark, name)
     with _SHARED_LOCK:
-        history = _SHARED.get(_key(spark, name))
+        history = _SHARED.get(key)
         if history is None:
-            history = _SHARED[_key(spark, name)] = EngineHistory(spark, name)
+            history = _SHARED[key] = EngineHistory(spark, name)
         return history
 
 

@@ -42,15 +42,14 @@ def _same_judgement(engine: Queue, lake: Queue) -> None:
     def counted(depths: dict[str, Depth]) -> dict[str, tuple[int, int]]:
         return {sub: (d.count, d.size) for sub, d in depths.items()}
 
-    deadline = time.monotonic() + 10  # the engine answers from a read up to FRESH_FOR old
-    while True:
-        engine_depths, lake_depths = engine.depths(), lake.depths()
-        if time.monotonic() > deadline or (engine.version() == lake.version()
-                                           and counted(engine_depths) == counted(lake_depths)):
-            break
-        time.sleep(0.2)
-    assert engine.version() == lake.version()
-    assert counted(engine_depths) == counted(lake_depths)
+    read: dict[str, dict[str, Depth]] = {}
+
+    def agree() -> bool:  # the engine answers from a read up to FRESH_FOR old
+        read["engine"], read["lake"] = engine.depths(), lake.depths()
+        return engine.version() == lake.version() and counted(read["engine"]) == counted(read["lake"])
+
+    wait_until(agree, 10, 0.2)
+    engine_depths, lake_depths = read["engine"], read["lake"]
     for sub, depth in engine_depths.items():
         oldest = lake_depths[sub].oldest
         assert (depth.oldest is None) == (oldest is None) and abs((depth.oldest or 0) - (oldest or 0)) < 1000
