@@ -33,7 +33,7 @@ def measured_backlog(queue: Queue) -> list[tuple[Subscription, Depth, Drained]]:
     arrived = queue.ledger.commits(seen, latest) if seen is not None and seen < latest else []
     backlog = queue.backlog(refresh=False)
     count, now = sum(c.count for c in arrived), time.monotonic()
-    writers = [(c.producer, c.weight) for c in arrived if c.producer]
+    writers = [(c.producer, c.weight, c.count) for c in arrived if c.producer]
     measured = []
     with _lock:
         for sub, depth in backlog:

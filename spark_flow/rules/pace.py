@@ -10,8 +10,10 @@ seconds: the depth settles at the target, where the consumer always finds its ne
 the rate follows a consumer that speeds up, slows down or stops (the drain is measured over the
 last :data:`WINDOW` seconds, a fall of it over the last :data:`RECENT`). Several producers of
 one queue share the rate by their ``pacingWeight`` (1 each unless set, so equally): each writes
-its weight's part of the rate, against the weights of the producers that wrote in the window,
-itself included (a commit names its producer and weight).
+its weight's part of the rate, against the weights of the producers that wrote in the window or
+are still paying for their last write at their share, itself included (a commit names its
+producer and weight): a light producer of a slow queue waits longer than the window between its
+writes, and is still one of the queue's producers meanwhile.
 
 Each process measures the drain from its own looks at the queue (the messages that arrived
 between two looks, less what the depth grew: :mod:`spark_flow.flow.drain`), so pacing needs no
@@ -34,6 +36,9 @@ WINDOW = 10.0
 RECENT = 2.0
 #: Seconds over which the gap between the depth and the target is closed.
 HORIZON = 5.0
+#: The most seconds a producer's last write keeps it among a queue's producers after the window
+#: (its write is paid for so slowly, or the drain has stopped).
+PAYING_AT_MOST = 6 * WINDOW
 
 
 def target(thresholds: Thresholds) -> float:
@@ -100,18 +105,18 @@ class DrainMeter:
         self.window = window
         self._looks: deque[tuple[float, int, int]] = deque()  # (time.monotonic(), arrived so far, depth)
         self._arrived = 0
-        self._writers: deque[tuple[float, str, int]] = deque()  # (when seen, producer, weight) of the window's commits
+        self._writers: dict[str, tuple[float, int, int]] = {}  # producer: (when its last commit was seen, weight, messages)
 
-    def look(self, now: float, depth: int, arrived: int, writers: Iterable[tuple[str, int]]) -> None:
+    def look(self, now: float, depth: int, arrived: int, writers: Iterable[tuple[str, int, int]]) -> None:
         """Record a look: the depth now, and the messages that arrived since the last look and
-        the producers that wrote them, with their weights."""
+        the producers that wrote them, each commit's with its weight and messages."""
         self._arrived += arrived
         self._looks.append((now, self._arrived, depth))
         while len(self._looks) > 2 and now - self._looks[1][0] >= self.window:
             self._looks.popleft()
-        self._writers.extend((now, writer, weight) for writer, weight in writers)
-        while self._writers and now - self._writers[0][0] > self.window:
-            self._writers.popleft()
+        self._writers.update((writer, (now, weight, count)) for writer, weight, count in writers)
+        for writer in [w for w, (seen, _, _) in self._writers.items() if now - seen > self.window + PAYING_AT_MOST]:
+            del self._writers[writer]
 
     def measured(self) -> Drained:
         """The drain as measured now: over the window, or over the last :data:`RECENT` seconds if
@@ -122,7 +127,16 @@ class DrainMeter:
         now = self._looks[-1][0]
         recent = next((look for look in reversed(self._looks) if now - look[0] >= RECENT), None)
         rates = [rate for first in (self._looks[0], recent) if (rate := self._since(first)) is not None]
-        return Drained(min(rates, default=None), {writer: weight for _, writer, weight in self._writers})
+        rate = min(rates, default=None)
+        return Drained(rate, {writer: weight for writer, (seen, weight, count) in self._writers.items()
+                              if now - seen <= self.window + self._paying(count, weight, rate)})
+
+    def _paying(self, count: int, weight: int, rate: float | None) -> float:
+        """Seconds a write of ``count`` messages takes to be paid for at a producer of
+        ``weight``'s share of the drain ``rate`` among the producers remembered (an upper bound:
+        the pace adds the depth's gap to the target to the drain)."""
+        weights = sum(weight for _, weight, _ in self._writers.values())
+        return count * weights / (rate * weight) if rate else PAYING_AT_MOST
 
     def _since(self, first: tuple[float, int, int] | None) -> float | None:
         """The drain between ``first`` and the last look; None over less than a second."""
