@@ -218,6 +218,8 @@ class EngineTable:
         The table as of this version, not caught up.
     """
 
+    writes_newest = True
+
     def __init__(self, location: str, storage_options: Mapping[str, str] | None = None, *,
                  version: int | None = None) -> None:
         self.location = location

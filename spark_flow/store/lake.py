@@ -84,6 +84,8 @@ class LakeTable:
         The table as of this version, not caught up.
     """
 
+    writes_newest = False
+
     def __init__(self, location: str, storage_options: Mapping[str, str] | None = None, *,
                  version: int | None = None) -> None:
         from deltalake import DeltaTable

@@ -125,6 +125,10 @@ class Table(Protocol):
 
     location: str
     storage_options: dict[str, str]
+    #: Whether its writes (merge, delete, add_columns) apply to the table's newest version
+    #: whatever version it was read at: the engine's statements do, so a write needs no refresh
+    #: first; deltalake's start from the version read, so one there would conflict and retry.
+    writes_newest: bool
 
     def version(self) -> int:
         """The version as of the last refresh."""

@@ -161,6 +161,13 @@ class RecordTable:
             self._table = find_table(self.location, self.storage_options)
         return self._table
 
+    def _to_write(self) -> Table | None:
+        """The table to write to: the open handle as it is where its writes go to the newest
+        version anyway (the engine's: no read of the table's history first), else caught up."""
+        if self._table is not None and self._table.writes_newest:
+            return self._table
+        return self.open()
+
     def rows(self, columns: list[str] | None = None, where: str | None = None) -> list[dict[str, Any]]:
         """Every row (of ``columns``, matching ``where``), none while the table does not exist."""
         table = self.open()
@@ -188,7 +195,7 @@ class RecordTable:
         columns the clauses write that the table lacks (a table an older spark-flow created)."""
 
         def attempt() -> dict[str, Any]:
-            table = self.open()
+            table = self._to_write()
             if table is None:
                 raise FileNotFoundError(f"no Delta table at {self.location}")
             return table.merge(rows, merge, merge_schema=merge_schema)
@@ -198,7 +205,7 @@ class RecordTable:
     def delete(self, predicate: str) -> None:
         """Delete the rows matching ``predicate``."""
         def attempt() -> None:
-            table = self.open()
+            table = self._to_write()
             if table is not None:
                 table.delete(predicate)
 
@@ -208,7 +215,7 @@ class RecordTable:
         """Add the nullable columns (name -> Delta primitive type) the table lacks: a table an
         older spark-flow created."""
         def attempt() -> None:
-            table = self.open()
+            table = self._to_write()
             if table is not None:
                 table.add_columns(columns)
 
