@@ -305,10 +305,10 @@ class EngineTable:
         return self._transactions.get(app_id)
 
     def has_commit(self, version: int) -> bool:
-        """Whether commit ``version`` is in the log: the table's look a moment ago answers (a
-        look fails once the table is gone), else one look now."""
-        seen_at, seen = self._history.seen
-        if time.monotonic() - seen_at < FRESH_FOR and seen >= version:
+        """Whether commit ``version`` is in the log: the table's look that ended a moment ago
+        answers (a look fails once the table is gone; one that took longer than
+        :data:`FRESH_FOR` under load is not read again at once), else one look now."""
+        if time.monotonic() - self._history.answered < FRESH_FOR and self._history.seen[1] >= version:
             return True
         try:
             return self._latest() >= version

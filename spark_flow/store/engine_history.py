@@ -74,6 +74,7 @@ class EngineHistory:
         self._spark, self._name = spark, name
         self._lock = threading.RLock()  # one read at a time: a handle waiting on another's read takes its answer
         self.seen = (-math.inf, -1)  # when the newest version was last read (the read's start), and which
+        self.answered = -math.inf  # when that read ended: the table was there until then
         self.operations: dict[int, str] = {}  # each commit's operation, as a read gave it
         self._infos: dict[int, dict[str, Any]] = {}  # the newest commits' infos read (KEPT_INFOS of them)
 
@@ -88,6 +89,7 @@ class EngineHistory:
         """The table was written by this process: the next :meth:`latest` reads again."""
         with self._lock:
             self.seen = (-math.inf, self.seen[1])
+            self.answered = -math.inf
 
     def infos(self, first: int, last: int) -> list[dict[str, Any]]:
         """The commit infos of versions ``first`` through ``last``, newest first: kept ones, else
@@ -115,7 +117,7 @@ class EngineHistory:
         if self._infos and newest < max(self._infos):  # made again at this location: its versions start over
             self._infos.clear()
             self.operations.clear()
-        self.seen = (started, newest)
+        self.seen, self.answered = (started, newest), time.monotonic()
         self.operations.update((int(row["version"]), str(row["operation"])) for row in rows)
         self._infos.update((int(row["version"]), row) for row in rows)
         for version in [v for v in self._infos if v <= newest - KEPT_INFOS]:

@@ -177,8 +177,9 @@ class RecordTable:
         """Create the table, empty, with ``schema``; False if it exists (another process may have
         created it a moment ago). Empty, because two creators racing may both succeed: delta-rs
         retries the losing creation as an append, so rows written with it would be there twice
-        (two empty commits are one empty table); rows go in by :meth:`merge`."""
-        if self.open() is not None:
+        (two empty commits are one empty table); rows go in by :meth:`merge`. A handle the
+        engine writes through was opened on a table that was there: no read to ask again."""
+        if (self._table is not None and self._table.writes_newest) or self.open() is not None:
             return False
         try:
             self._written(lambda: create_empty(self.location, schema, self.storage_options))
