@@ -78,8 +78,8 @@ class Pace:
 @dataclass(frozen=True)
 class Drained:
     """A subscription's drain as measured: messages a second (None until the window holds two
-    looks a second apart), and the producers that wrote to the queue in the window, with their
-    weights."""
+    looks a second apart), and the producers that wrote to the queue in the window or are still
+    paying for their last write, with their weights."""
 
     rate: float | None = None
     writers: Mapping[str, int] = field(default_factory=dict)
