@@ -91,6 +91,13 @@ class Drained:
         return Pace(self.rate, rate, max(1, len(writers)), weight, max(weight, sum(writers.values())))
 
 
+def _paying(count: int, part: float, rate: float | None) -> float:
+    """Seconds a write of ``count`` messages takes to be paid for at a producer's ``part`` of the
+    drain ``rate`` (an upper bound: the pace adds the depth's gap to the target to the drain);
+    :data:`PAYING_AT_MOST` while nothing drains."""
+    return count / (rate * part) if rate else PAYING_AT_MOST
+
+
 def paced(settings: QueueSettings, depth: int, drained: Drained, producer: str | None = None,
           weight: int = 1) -> Pace | None:
     """The pace in force at a subscription's ``depth`` for ``producer`` of ``weight`` (None:
@@ -128,15 +135,9 @@ class DrainMeter:
         recent = next((look for look in reversed(self._looks) if now - look[0] >= RECENT), None)
         rates = [rate for first in (self._looks[0], recent) if (rate := self._since(first)) is not None]
         rate = min(rates, default=None)
-        return Drained(rate, {writer: weight for writer, (seen, weight, count) in self._writers.items()
-                              if now - seen <= self.window + self._paying(count, weight, rate)})
-
-    def _paying(self, count: int, weight: int, rate: float | None) -> float:
-        """Seconds a write of ``count`` messages takes to be paid for at a producer of
-        ``weight``'s share of the drain ``rate`` among the producers remembered (an upper bound:
-        the pace adds the depth's gap to the target to the drain)."""
         weights = sum(weight for _, weight, _ in self._writers.values())
-        return count * weights / (rate * weight) if rate else PAYING_AT_MOST
+        return Drained(rate, {writer: weight for writer, (seen, weight, count) in self._writers.items()
+                              if now - seen <= self.window + _paying(count, weight / weights, rate)})
 
     def _since(self, first: tuple[float, int, int] | None) -> float | None:
         """The drain between ``first`` and the last look; None over less than a second."""

@@ -179,7 +179,7 @@ class RecordTable:
         retries the losing creation as an append, so rows written with it would be there twice
         (two empty commits are one empty table); rows go in by :meth:`merge`. A handle the
         engine writes through was opened on a table that was there: no read to ask again."""
-        if (self._table is not None and self._table.writes_newest) or self.open() is not None:
+        if self._to_write() is not None:
             return False
         try:
             self._written(lambda: create_empty(self.location, schema, self.storage_options))
