@@ -11,9 +11,14 @@ the engine (``spark.flow.io=engine``, governed compute) costs against ``deltalak
   deltalake; Delta's change feed source, acknowledged from the driver, with the engine) into a
   Delta table, and by Delta's plain source; the whole run's seconds and the ratios.
 
+Producers and consumers run ``--rounds`` times, the three side by side in each round, in an order
+turned by one each round (a run's place among the others moves its time: the machine's load, the
+JVM's compilation); a ratio is taken within its round, and the report's is the median of the
+rounds' (one round's swung by half between runs here).
+
 Prints and writes JSON, and a PNG of the times (beside the JSON).
 
-    .venv/bin/python bench/engine.py [--looks 20] [--batches 10] [--batch 1000] [--out bench/engine.json]
+    .venv/bin/python bench/engine.py [--looks 20] [--batches 10] [--batch 1000] [--rounds 3] [--out bench/engine.json]
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ from spark_flow.spark.session import exit_process
 from spark_flow.store.engine_history import FRESH_FOR
 
 STORES = ("deltalake", "engine")
+#: Each round's runs: Delta's own, then spark-flow in each store.
+RUNS = ["delta", *STORES]
 
 
 def main() -> None:
@@ -41,6 +48,7 @@ def main() -> None:
     options.add_argument("--looks", type=int, default=20, help="gate looks timed in each store")
     options.add_argument("--batches", type=int, default=10, help="micro-batches of each producer run")
     options.add_argument("--batch", type=int, default=1000, help="messages a micro-batch")
+    options.add_argument("--rounds", type=int, default=3, help="producer and consumer runs of each kind")
     args = options.parse_args()
     at_start = machine()
     spark = get_spark(local_conf(2))
@@ -51,22 +59,34 @@ def main() -> None:
      .repartition(args.batches).write.format("delta").save(source))
 
     looks = {store: gate_look(spark, base / f"looks-{store}", store, args.looks) for store in STORES}
-    produced = {"delta": produce(spark, source, base / "plain", None)}
-    for store in STORES:
-        produced[store] = produce(spark, source, base / f"queue-{store}", store)
-    consumed = {"delta": consume(spark, base / "plain", base / "plain-out", None)}
-    for store in STORES:
-        consumed[store] = consume(spark, base / f"queue-{store}", base / f"out-{store}", store)
+    produced: dict[str, list[float]] = {name: [] for name in RUNS}
+    consumed: dict[str, list[float]] = {name: [] for name in RUNS}
+    for round_ in range(args.rounds):
+        order = RUNS[round_ % len(RUNS):] + RUNS[:round_ % len(RUNS)]
+        for name in order:
+            store = None if name == "delta" else name
+            produced[name].append(produce(spark, source, base / f"{round_}-queue-{name}", store))
+        for name in order:
+            store = None if name == "delta" else name
+            consumed[name].append(consume(spark, base / f"{round_}-queue-{name}", base / f"{round_}-out-{name}", store))
     report = {"benchmark": "engine", "machine": at_start, "messages": args.batches * args.batch,
-              "messages_per_batch": args.batch,
+              "messages_per_batch": args.batch, "rounds": args.rounds,
               "gate_look_median_seconds": {store: round(statistics.median(times), 4) for store, times in looks.items()},
-              "producer_seconds": {name: round(seconds, 2) for name, seconds in produced.items()},
-              "producer_ratio_to_delta": {store: round(produced[store] / produced["delta"], 2) for store in STORES},
-              "consumer_seconds": {name: round(seconds, 2) for name, seconds in consumed.items()},
-              "consumer_ratio_to_delta": {store: round(consumed[store] / consumed["delta"], 2) for store in STORES}}
+              **timed("producer", produced), **timed("consumer", consumed)}
     print(report)
     write_report(args.out, report, chart(report))
     exit_process(0)  # as jobs end: the engine's acknowledging listener removed before the session stops
+
+
+def timed(kind: str, seconds: dict[str, list[float]]) -> dict[str, Any]:
+    """The report's entries for ``kind``'s runs: each run's seconds, their median, and each
+    store's median ratio to Delta's run of the same round."""
+    ratios = {store: [mine / delta for mine, delta in zip(seconds[store], seconds["delta"], strict=True)]
+              for store in STORES}
+    return {f"{kind}_runs_seconds": {name: [round(s, 2) for s in runs] for name, runs in seconds.items()},
+            f"{kind}_seconds": {name: round(statistics.median(runs), 2) for name, runs in seconds.items()},
+            f"{kind}_ratio_to_delta": {store: round(statistics.median(r), 2) for store, r in ratios.items()},
+            f"{kind}_ratios_by_round": {store: [round(x, 2) for x in r] for store, r in ratios.items()}}
 
 
 def gate_look(spark: Any, path: Path, store: str, looks: int) -> list[float]:
@@ -126,7 +146,7 @@ def chart(report: dict[str, Any]) -> Any:
     look.bar_label(bars, labels=[f"{seconds * 1000:.1f} ms" for seconds in medians.values()])
     look.set_ylabel("milliseconds")
     look.set_title("one gate look that reads (median)")
-    names = ["delta", *STORES]
+    names = RUNS
     width = 0.4
     for offset, kind in ((-width / 2, "producer"), (width / 2, "consumer")):
         seconds = [report[f"{kind}_seconds"][name] for name in names]
@@ -134,7 +154,8 @@ def chart(report: dict[str, Any]) -> Any:
         runs.bar_label(placed, labels=[f"{s:.1f} s" for s in seconds])
     runs.set_xticks(range(len(names)), ["Delta's own", "deltalake", "engine"])
     runs.set_ylabel("seconds")
-    runs.set_title(f"{report['messages']:,} messages, {report['messages_per_batch']:,} a batch")
+    runs.set_title(f"{report['messages']:,} messages, {report['messages_per_batch']:,} a batch "
+                   f"(median of {report['rounds']} rounds)")
     runs.legend()
     return fig
 
