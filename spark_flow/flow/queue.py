@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Literal
 
 from spark_flow.exceptions import ConfigurationError, PositionOutOfRangeError, QueueNotFoundError, UnknownKeyError
 from spark_flow.flow.recorder import FlowRecorder
+from spark_flow.records.consumer_starts import ConsumerStarts
 from spark_flow.records.hold_times import HoldTimes
 from spark_flow.records.runtime_settings import RUNTIME_SETTINGS_FOLDER, RuntimeSettings
 from spark_flow.records.subscriptions import DEFAULT_SUBSCRIPTION, Subscription, SubscriptionTable
@@ -42,9 +43,10 @@ STATE_LOCATION = "flow.stateLocation"
 #: The catalog table a queue was declared as (its full name): only Spark can drop it.
 CATALOG_TABLE = "flow.catalogTable"
 #: The tables at a queue's state location (:func:`~spark_flow.rules.names.state_member`): its
-#: subscriptions, transition history, run-time settings, hold times and writer claims.
-SUBSCRIPTIONS, HISTORY, HOLDS, WRITERS = "subscriptions", "history", "holds", "writers"
-STATE_TABLES = (SUBSCRIPTIONS, HISTORY, RUNTIME_SETTINGS_FOLDER, HOLDS, WRITERS)
+#: subscriptions, transition history, run-time settings, hold times, writer claims and the
+#: starts of its consumers through the engine.
+SUBSCRIPTIONS, HISTORY, HOLDS, WRITERS, STARTS = "subscriptions", "history", "holds", "writers", "starts"
+STATE_TABLES = (SUBSCRIPTIONS, HISTORY, RUNTIME_SETTINGS_FOLDER, HOLDS, WRITERS, STARTS)
 #: The home a queue was declared in (``spark.flow.home``): whose home-wide limits hold its producers.
 HOME_PROPERTY = "flow.home"
 #: The ``txnAppId`` of purge commits; its ``txnVersion`` is the queue version purged through.
@@ -82,6 +84,7 @@ class Queue:
         self.history = TransitionTable(state_member(state, HISTORY), self.name, kept, owner=owner)
         self.runtime_settings = RuntimeSettings(state_member(state, RUNTIME_SETTINGS_FOLDER), kept, owner=owner)
         self.hold_times = HoldTimes(state_member(state, HOLDS), kept, owner=owner)
+        self.consumer_starts = ConsumerStarts(state_member(state, STARTS), kept, owner=owner)
         self.recorder = FlowRecorder(self.subscriptions, self.history,
                                      lambda sub: f"queue {self.name!r} subscription {sub!r}")
         self._settings: tuple[tuple[dict[str, str], dict[str, str]], QueueSettings] | None = None

@@ -9,7 +9,9 @@ user's code does not change. What a batch took is acknowledged when its
 progress is reported (:class:`EngineAcks`, a query listener in the process that started the
 query, the client under Spark Connect): Delta's offset names the last commit read
 (``reservoirVersion``) and how far into it (``index``), and every commit read whole is
-acknowledged. A subscription acknowledged part way into a commit (by a ``flowqueue`` consumer)
+acknowledged. Each start also reads the queue's consumer starts
+(:mod:`spark_flow.records.consumer_starts`), so a restarted query runs a batch and
+acknowledges what its checkpoint committed before a process died. A subscription acknowledged part way into a commit (by a ``flowqueue`` consumer)
 is read again from that commit's start. Each batch reads the subscription's position again (a
 stream-static join on its row), so what a ring discarded, expiry or a stalled consumer's
 eviction moved it past while the query runs is not delivered (a commit partly discarded is, whole).
@@ -70,6 +72,7 @@ def read_engine_queue(spark: SparkSession, queue: Queue, settings: SourceOptions
     name = settings.subscription
     sub = (queue.create_subscription(name, settings.starting_position) if settings.starting_position is not None
            else queue.subscriptions.get(name))
+    queue.consumer_starts.record(name)  # this start's batch, read below: its progress acknowledges
     # From the acknowledged version itself, which is in the log (the one after may not be yet:
     # Delta refuses a starting version past the latest, even for a query with a checkpoint).
     done = sub.acknowledged.version
@@ -86,8 +89,14 @@ def read_engine_queue(spark: SparkSession, queue: Queue, settings: SourceOptions
              .join(F.broadcast(acknowledged), F.col("_commit_version") > F.col("_acknowledged")))
     columns = [F.col(f"`{column}`") for column in queue.schema().names]
     acks(spark).follow(queue, name, _described_as(spark, queue.path))
-    return frame.select(*columns, F.col("_commit_version").alias("_position"),
-                        F.col("_commit_timestamp").alias("_enqueue_time"))
+    messages = frame.select(*columns, F.col("_commit_version").alias("_position"),
+                            F.col("_commit_timestamp").alias("_enqueue_time"))
+    # The consumers' starts, none delivered: new data at every start, so a restarted query runs
+    # a batch even when the queue has nothing new, and its progress acknowledges what the
+    # checkpoint says was consumed (spark_flow.records.consumer_starts says why).
+    starts = load(spark.readStream.format("delta"), queue.consumer_starts.location).where(F.lit(False))
+    return messages.unionByName(starts.select(*[F.lit(None).cast(field.dataType).alias(field.name)
+                                                for field in messages.schema.fields]))
 
 
 def read_through(offset: str | None) -> int | None:

@@ -176,6 +176,7 @@ def test_a_producer_and_a_consumer_on_engine_credentials_alone(governed_connect:
                            "messages)"]
     assert set(seen["tables"]) - {f"{home}_events_holds"} == {  # the hold's time: recorded as the producer resumes
         "_spark_flow_queues", "delivered", "events", f"{home}_events_history", f"{home}_events_subscriptions", "input",
+        f"{home}_events_starts",  # each run of the consumer: a batch at its start acknowledges (consumer_starts)
         "events_dlq", f"{home}_events_dlq_subscriptions"}  # a dead-letter queue has no flow control: no history
     outputs = _command_line(governed_connect, home, queue, checkpoints, len(seen["stops"]))
     for text in (*produced, consumer.stdout, consumer.stderr, json.dumps(seen["conf"]), *outputs,

@@ -18,6 +18,7 @@ from spark_flow.flow.queue import Queue
 from spark_flow.rules.depth import METADATA_KEY, Depth
 from spark_flow.rules.storage_options import IO_OPTION
 from spark_flow.spark.declare import declare, purge_acknowledged
+from spark_flow.spark.engine_source import acks
 from spark_flow.spark.sink import QueueSink
 from spark_flow.spark.source import read_queue
 from spark_flow.store.engine import EngineTable
@@ -141,6 +142,42 @@ def test_an_engine_consumer_skips_what_its_subscription_was_moved_past_while_it_
     assert consumed == delivered
     sub = queue.subscriptions.get("default")
     assert (sub.discarded_count, sub.expired_count) == ((counted, 0) if "policy" in settings else (0, counted))
+
+
+def test_a_restarted_engine_consumer_acknowledges_what_its_checkpoint_committed(spark: SparkSession,
+                                                                               tmp_path: Path) -> None:
+    """An engine consumer's run to completion consumed the 6 messages that stop the queue, but
+    its acknowledgement was lost (its process died after the checkpoint's commit, before its
+    listener wrote it: here the listener is taken off for that run). Its next run, with nothing
+    new in the queue, acknowledges them: the depth that held the producer is 0, and nothing is
+    delivered twice. (A restarted query that found nothing new ran no batch, and Spark reports an
+    idle query without offsets: the subscription stayed at -1, the producer held for good; the
+    kill -9 trial through the engine found it.)"""
+    path, output = str(tmp_path / "q"), str(tmp_path / "out")
+    queue = declare(spark, path, "id BIGINT, body STRING", settings={"stopCount": 4, "resumeCount": 2})
+    sink = QueueSink(path, options={"onFull": "reject"}, app_id="p")  # stopped by its write, not held after it
+    sink(spark.createDataFrame([(i, "m") for i in range(6)], "id BIGINT, body STRING"), 0)
+    assert queue.subscriptions.get("default").flow_stopped
+
+    def run() -> None:
+        spark.conf.set(IO_OPTION, "engine")
+        try:
+            frame = read_queue(spark, path)
+        finally:
+            spark.conf.unset(IO_OPTION)
+        (frame.writeStream.format("delta").option("checkpointLocation", str(tmp_path / "c"))
+         .trigger(availableNow=True).start(output).awaitTermination())
+
+    acknowledging = acks(spark)
+    spark.streams.removeListener(acknowledging)
+    try:
+        run()
+    finally:
+        spark.streams.addListener(acknowledging)
+    assert queue.subscriptions.get("default").position == -1 and queue.depths()["default"].count == 6
+    run()
+    wait_until(lambda: queue.depths()["default"].count == 0, 60)
+    assert sorted(r.id for r in spark.read.format("delta").load(output).collect()) == list(range(6))
 
 
 def test_what_the_engine_cannot_do_is_refused_naming_the_setting(spark: SparkSession, tmp_path: Path) -> None:
