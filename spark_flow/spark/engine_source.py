@@ -11,10 +11,11 @@ query, the client under Spark Connect): Delta's offset names the last commit rea
 (``reservoirVersion``) and how far into it (``index``), and every commit read whole is
 acknowledged. Each start also reads the queue's consumer starts
 (:mod:`spark_flow.records.consumer_starts`), so a restarted query runs a batch and
-acknowledges what its checkpoint committed before a process died. A subscription acknowledged part way into a commit (by a ``flowqueue`` consumer)
-is read again from that commit's start. Each batch reads the subscription's position again (a
-stream-static join on its row), so what a ring discarded, expiry or a stalled consumer's
-eviction moved it past while the query runs is not delivered (a commit partly discarded is, whole).
+acknowledges what its checkpoint committed before a process died. A subscription acknowledged
+part way into a commit (by a ``flowqueue`` consumer) is read again from that commit's start.
+Each batch reads the subscription's position again (a stream-static join on its row), so what a
+ring discarded, expiry or a stalled consumer's eviction moved it past while the query runs is
+not delivered (a commit partly discarded is, whole).
 Read limits are Delta's (``maxFilesPerTrigger``, ``maxBytesPerTrigger``).
 """
 

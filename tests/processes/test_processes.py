@@ -92,7 +92,8 @@ def test_two_producer_processes_share_a_paced_queue_by_their_pacing_weights(spar
     until = by_producer["heavy"][-1].version  # both have data until the heavy one is done
     for name, most in (("heavy", 37), ("light", 12)):
         later = [c.count for c in by_producer[name] if both < c.version <= until][2:]  # after its next looks
-        assert later and max(later) <= most, (name, later)
+        # the light one may write twice or less before the heavy one is done (a loaded run: r13)
+        assert (later or name == "light") and max(later, default=0) <= most, (name, later)
     # a write is paid for at its producer's share after it: the later one's first write counts
     shared = {name: sum(c.count for c in mine if both <= c.version <= until) for name, mine in by_producer.items()}
     assert shared["heavy"] >= 1.5 * shared["light"] > 0, shared  # 2.3 to 4.4 in five runs: equal would be 1
