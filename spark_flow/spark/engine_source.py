@@ -73,10 +73,11 @@ def read_engine_queue(spark: SparkSession, queue: Queue, settings: SourceOptions
     name = settings.subscription
     sub = (queue.create_subscription(name, settings.starting_position) if settings.starting_position is not None
            else queue.subscriptions.get(name))
-    queue.consumer_starts.record(name)  # this start's batch, read below: its progress acknowledges
+    done = sub.acknowledged.version
+    if done < queue.refresh() or not queue.consumer_starts.exists():
+        queue.consumer_starts.record(name)  # this start's batch, read below: its progress acknowledges
     # From the acknowledged version itself, which is in the log (the one after may not be yet:
     # Delta refuses a starting version past the latest, even for a query with a checkpoint).
-    done = sub.acknowledged.version
     reader = spark.readStream.format("delta").option("readChangeFeed", "true").option("startingVersion", max(0, done))
     for key, value in delta_options.items():
         reader = reader.option(key, value)

@@ -222,13 +222,14 @@ class RecordTable:
 
         self._written(lambda: retry_commit(attempt))
 
-    def append(self, rows: pa.Table, *, transaction: tuple[str, int] | None = None, merge_schema: bool = False) -> None:
-        """Append ``rows`` in one commit (the table created by it if it is not there), under the
-        app ``transaction``."""
+    def append(self, rows: pa.Table, *, transaction: tuple[str, int] | None = None, merge_schema: bool = False,
+               properties: Mapping[str, str] | None = None) -> None:
+        """Append ``rows`` in one commit (the table created by it, with ``properties``, if it is not
+        there), under the app ``transaction``."""
         table = self.open()
         if table is None:
             self._written(lambda: append(self.location, rows, self.storage_options, transaction=transaction,
-                                         merge_schema=merge_schema))
+                                         merge_schema=merge_schema, properties=properties))
         else:
             self._written(lambda: table.append(rows, transaction=transaction, merge_schema=merge_schema))
 

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from deltalake import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from support.streams import drain, is_held, start_consumer, start_producer, wait_until
 
@@ -19,6 +20,7 @@ from spark_flow.rules.depth import METADATA_KEY, Depth
 from spark_flow.rules.storage_options import IO_OPTION
 from spark_flow.spark.declare import declare, purge_acknowledged
 from spark_flow.spark.engine_source import acks
+from spark_flow.spark.session import with_conf
 from spark_flow.spark.sink import QueueSink
 from spark_flow.spark.source import read_queue
 from spark_flow.store.engine import EngineTable
@@ -152,7 +154,9 @@ def test_a_restarted_engine_consumer_acknowledges_what_its_checkpoint_committed(
     new in the queue, acknowledges them: the depth that held the producer is 0, and nothing is
     delivered twice. (A restarted query that found nothing new ran no batch, and Spark reports an
     idle query without offsets: the subscription stayed at -1, the producer held for good; the
-    kill -9 trial through the engine found it.)"""
+    kill -9 trial through the engine found it.) A start caught up with the queue records nothing;
+    the starts' files are compacted by Delta (auto compaction: at 3 files here, 50 by default),
+    and the consumer's stream goes on across the compaction's commit."""
     path, output = str(tmp_path / "q"), str(tmp_path / "out")
     queue = declare(spark, path, "id BIGINT, body STRING", settings={"stopCount": 4, "resumeCount": 2})
     sink = QueueSink(path, options={"onFull": "reject"}, app_id="p")  # stopped by its write, not held after it
@@ -178,6 +182,19 @@ def test_a_restarted_engine_consumer_acknowledges_what_its_checkpoint_committed(
     run()
     wait_until(lambda: queue.depths()["default"].count == 0, 60)
     assert sorted(r.id for r in spark.read.format("delta").load(output).collect()) == list(range(6))
+
+    starts = DeltaTable(queue.consumer_starts.location)
+    recorded = starts.version()
+    run()  # caught up: nothing a batch could acknowledge
+    starts.update_incremental()
+    assert starts.version() == recorded and len(starts.file_uris()) == 2
+    sink(spark.createDataFrame([(6, "m")], "id BIGINT, body STRING"), 1)
+    with with_conf(spark, {"spark.databricks.delta.autoCompact.minNumFiles": "3"}):
+        run()
+    wait_until(lambda: queue.depths()["default"].count == 0, 60)
+    assert sorted(r.id for r in spark.read.format("delta").load(output).collect()) == list(range(7))
+    starts.update_incremental()
+    assert starts.version() > recorded + 1 and len(starts.file_uris()) == 1, starts.history()
 
 
 def test_what_the_engine_cannot_do_is_refused_naming_the_setting(spark: SparkSession, tmp_path: Path) -> None:
