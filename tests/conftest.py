@@ -1,7 +1,7 @@
 """The suite's fixtures: one local SparkSession with Delta per worker (local[2], few partitions,
 no UI), the servers a ``processes`` test starts once (Spark Connect, a standalone cluster, S3,
-Azure Blob, GCS, HDFS with YARN, governed compute, Chromium), the storage a test runs on, and
-the cleanup after a failed test or a module that left a query running. The tiers (folders,
+Azure Blob, GCS, HDFS with YARN, governed compute, Chromium), the storage a test runs on, a
+subscriptions table, and the cleanup after a failed test or a module that left a query running. The tiers (folders,
 markers, xdist groups, the quick tier's guard) are the plugin ``support.tiers``; the JVM
 tuning is ``support.jvm``."""
 
@@ -21,6 +21,7 @@ from pyspark.sql import SparkSession
 from support.servers import Governed
 from support.stores import IO_SCHEMA, Io, Store, object_store
 
+from spark_flow.records.subscriptions import SubscriptionTable
 from spark_flow.spark.session import get_spark
 
 pytest_plugins = ["support.jvm", "support.tiers"]
@@ -218,6 +219,27 @@ def gcs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, 
     binary, connector = build_gcs_server(), gcs_connector(tmp_path_factory.mktemp("mvn"))
     with gcs_server(binary, "flow", tmp_path_factory.mktemp("gcs") / "server.log") as endpoint:
         yield endpoint, str(connector), binary
+
+
+@pytest.fixture
+def cli_home(spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> str:
+    """A home with one queue, ``orders.eu`` (stop 5 / resume 2), declared by the command line."""
+    from spark_flow.cli import main
+
+    home = str(tmp_path / "home")
+    queue = str(tmp_path / "queues" / "orders.eu")
+    assert main(["--home", home, "declare", queue, "--schema", "id BIGINT, body STRING",
+                 "--set", "stopCount=5", "resumeCount=2"]) == 0
+    assert "queue 'orders.eu'" in capsys.readouterr().out
+    return home
+
+
+@pytest.fixture
+def subs(tmp_path: Path) -> SubscriptionTable:
+    """A queue ``q``'s subscriptions table, made (empty) with deltalake."""
+    table = SubscriptionTable(str(tmp_path / "subscriptions"), "q")
+    assert table.create_table()
+    return table
 
 
 @pytest.fixture

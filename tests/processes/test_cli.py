@@ -8,19 +8,6 @@ import time
 from pathlib import Path
 
 import pytest
-from pyspark.sql import SparkSession
-
-from spark_flow.cli import main
-
-
-@pytest.fixture
-def home(spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> str:
-    home = str(tmp_path / "home")
-    queue = str(tmp_path / "queues" / "orders.eu")
-    assert main(["--home", home, "declare", queue, "--schema", "id BIGINT, body STRING",
-                 "--set", "stopCount=5", "resumeCount=2"]) == 0
-    assert "queue 'orders.eu'" in capsys.readouterr().out
-    return home
 
 
 @pytest.mark.short_processes
@@ -39,7 +26,7 @@ def test_console_script_without_home_names_the_option(tmp_path: Path) -> None:
     (["set", "orders.eu", "stopCount=abc"], 2),
 ], ids=["subscriptions", "status", "refused-stop-producers", "refused-set"])
 @pytest.mark.short_processes
-def test_console_script_exit_status_is_the_same_every_time(home: str, argv: list[str], status: int) -> None:
+def test_console_script_exit_status_is_the_same_every_time(cli_home: str, argv: list[str], status: int) -> None:
     """The exit status is a contract for scripts: 0 when the command did its work, 2 when it
     refused, in each of 12 runs (deltalake's native threads must not abort the interpreter at
     exit, delta-io/delta-rs#2184), 4 runs at a time."""
@@ -48,7 +35,7 @@ def test_console_script_exit_status_is_the_same_every_time(home: str, argv: list
     script = Path(sys.executable).parent / "spark-flow"
 
     def run(_: int) -> tuple[int, str]:
-        result = subprocess.run([str(script), "--home", home, *argv], capture_output=True, text=True, timeout=120)
+        result = subprocess.run([str(script), "--home", cli_home, *argv], capture_output=True, text=True, timeout=120)
         return result.returncode, result.stderr[-300:]
 
     with ThreadPoolExecutor(4) as pool:

@@ -1,6 +1,6 @@
-"""Storage options: derived from the Spark conf a user sets for S3A, ABFS and GCS, explicit
-``spark.flow.storage.*`` winning, no secret in any message; and deltalake reaching the suite's S3,
-Azure Blob and GCS servers with them (the state tables and the CLI, which have no Spark)."""
+"""deltalake reaching the suite's S3, Azure Blob and GCS servers with the storage options spark-flow
+derives from a user's Spark conf (the state tables and the CLI, which have no Spark), no secret in
+any message; the options themselves: tests/pure/test_storage.py."""
 
 from __future__ import annotations
 
@@ -19,15 +19,6 @@ from spark_flow import FlowAdmin
 from spark_flow.cli import main as cli_main
 from spark_flow.records.subscriptions import SubscriptionTable
 from spark_flow.rules.storage_options import storage_options
-
-S3A = {
-    "spark.hadoop.fs.s3a.endpoint": "127.0.0.1:9000",
-    "spark.hadoop.fs.s3a.endpoint.region": "eu-west-1",
-    "spark.hadoop.fs.s3a.path.style.access": "true",
-    "spark.hadoop.fs.s3a.connection.ssl.enabled": "false",
-    "spark.hadoop.fs.s3a.access.key": "AKIAEXAMPLE",
-    "spark.hadoop.fs.s3a.secret.key": S3_SECRET,
-}
 
 
 @pytest.mark.parametrize("store", ["s3", "abfs", "gcs"], indirect=True)

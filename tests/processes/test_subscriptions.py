@@ -1,5 +1,6 @@
-"""The subscriptions table: ack positions and flow state of a queue's subscriptions, on a real
-Delta table written with deltalake (no Spark)."""
+"""The subscriptions table with other processes: a reader's claim taken over from a process that
+is ending, and a source's fresh Python process using the table without importing pandas (the
+table itself: tests/pure/test_subscriptions.py)."""
 
 from __future__ import annotations
 
@@ -8,19 +9,11 @@ import socket
 import subprocess
 import sys
 from datetime import UTC, datetime
-from pathlib import Path
 
 import pytest
 
 from spark_flow.exceptions import SubscriptionInUseError
 from spark_flow.records.subscriptions import SubscriptionTable, process_gone
-
-
-@pytest.fixture
-def subs(tmp_path: Path) -> SubscriptionTable:
-    table = SubscriptionTable(str(tmp_path / "subscriptions"), "q")
-    assert table.create_table()
-    return table
 
 
 @pytest.mark.short_processes

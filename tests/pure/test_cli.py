@@ -2,22 +2,9 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-from pyspark.sql import SparkSession
 
 from spark_flow.cli import main
-
-
-@pytest.fixture
-def home(spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> str:
-    home = str(tmp_path / "home")
-    queue = str(tmp_path / "queues" / "orders.eu")
-    assert main(["--home", home, "declare", queue, "--schema", "id BIGINT, body STRING",
-                 "--set", "stopCount=5", "resumeCount=2"]) == 0
-    assert "queue 'orders.eu'" in capsys.readouterr().out
-    return home
 
 
 def test_unreachable_storage_is_one_line_naming_the_home_without_secrets(capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,8 +1,5 @@
-"""Watching spark-flow with standard tools: the alert rules checked by ``promtool`` (Debian's
-``prometheus``), rules and dashboard using only served metrics, and, end to end, a real
-Prometheus scraping ``spark-flow serve`` while a producer is held (its HTTP API answering what
-the controller's status table has, every dashboard query answered) and the console in headless
-Chromium holding a running producer with a stop-producers action."""
+"""The alert rules and the dashboard use only the metrics ``spark-flow serve`` serves. With
+``promtool``, a real Prometheus and headless Chromium: tests/processes/test_monitoring.py."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Storage options: derived from the Spark conf a user sets for S3A, ABFS and GCS, explicit
-``spark.flow.storage.*`` winning, no secret in any message; and deltalake reaching the suite's S3,
-Azure Blob and GCS servers with them (the state tables and the CLI, which have no Spark)."""
+``spark.flow.storage.*`` winning, no secret in any message; deltalake reaching the suite's servers
+with them: tests/processes/test_storage.py."""
 
 from __future__ import annotations
 

@@ -14,13 +14,6 @@ from spark_flow.records.subscriptions import SubscriptionTable, _schema
 from spark_flow.rules.depth import Position
 
 
-@pytest.fixture
-def subs(tmp_path: Path) -> SubscriptionTable:
-    table = SubscriptionTable(str(tmp_path / "subscriptions"), "q")
-    assert table.create_table()
-    return table
-
-
 def test_create_table_and_subscription_once(subs: SubscriptionTable) -> None:
     assert not subs.create_table(), "the table exists already"
     assert subs.create("default", 4)

@@ -1,15 +1,6 @@
-"""Faults: kill -9 of producer, consumer and controller processes at random points, and
-concurrent writers.
-
-docs/design.md 3.3: a producer or consumer killed with SIGKILL at any point and restarted from its
-checkpoint delivers every message exactly once to an idempotent consumer sink, and
-flowStoppedCount is not doubled; a controller killed and restarted from its checkpoint keeps
-status and flowStoppedCount exact and applies every operator command once. Each process is its
-own Spark application (local[1]: the producer job, tests/support/fault_process.py's consumer and
-controller), started in its own process group: the kill takes the Python driver, its JVM and
-its Python workers at once, as a crashed machine would. Kill points and delays
-come from a seeded random generator, so a failing run can be replayed.
-"""
+"""Faults in one application: producers and acknowledgements racing for the queue's versions and
+its subscriptions' rows (docs/design.md 3.3). The kill -9 trials of producer, consumer and
+controller processes: tests/processes/test_faults.py."""
 
 from __future__ import annotations
 
