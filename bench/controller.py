@@ -13,7 +13,7 @@ number compared; before, it had the session's ``spark.sql.shuffle.partitions`` (
 preset; a cluster's default is 200). Writes bench/controller.json and bench/controller.png.
 
     .venv/bin/python bench/controller.py [--sizes 1 100 1000 5000] [--state-partitions 1 2 8] [--batches 5]
-        [--io deltalake|engine]
+        [--io deltalake|engine] [--driver-memory 4g]
 """
 
 from __future__ import annotations
@@ -83,11 +83,12 @@ def main() -> None:
     options.add_argument("--sizes", type=int, nargs="+", default=[1, 100, 1000, 5000])
     options.add_argument("--state-partitions", type=int, nargs="+", default=[1, 2, 8])
     options.add_argument("--batches", type=int, default=5, help="controller batches timed per size (after the first)")
+    options.add_argument("--driver-memory", help="the session's heap (spark.driver.memory; Spark's default: 1g)")
     options.add_argument("--io", choices=["deltalake", "engine"], default="deltalake",
                          help="how the controller reads and writes the tables (spark.flow.io)")
     args = options.parse_args()
-    report = {"machine": machine(), "io": args.io, "results": {}}
-    spark = get_spark(local_conf(2))
+    report = {"machine": machine(), "io": args.io, "driver_memory": args.driver_memory or "1g", "results": {}}
+    spark = get_spark({**local_conf(2), **({"spark.driver.memory": args.driver_memory} if args.driver_memory else {})})
     spark.sparkContext.setLogLevel("ERROR")
     template = declare(spark, str(Path(tempfile.mkdtemp(prefix="spark-flow-bench-template-")) / "template"),
                        "id BIGINT, body STRING", settings={"stopCount": 2, "resumeCount": 1})
