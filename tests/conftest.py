@@ -1,9 +1,9 @@
 """The suite's fixtures: one local SparkSession with Delta per worker (local[2], few partitions,
 no UI), the servers a ``processes`` test starts once (Spark Connect, a standalone cluster, S3,
 Azure Blob, GCS, HDFS with YARN, governed compute, Chromium), the storage a test runs on, a
-subscriptions table, and the cleanup after a failed test or a module that left a query running. The tiers (folders,
-markers, xdist groups, the quick tier's guard) are the plugin ``support.tiers``; the JVM
-tuning is ``support.jvm``."""
+home declared by the command line and a subscriptions table, and the cleanup after a failed
+test or a module that left a query running. The tiers (folders, markers, xdist groups, the
+quick tier's guard) are the plugin ``support.tiers``; the JVM tuning is ``support.jvm``."""
 
 from __future__ import annotations
 
